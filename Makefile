@@ -1,0 +1,24 @@
+# idempo: PGXS build.  Everything is derived: the version from idempo.control,
+# the objects from src/*.c, the regression tests from sql/*.sql.
+
+EXTENSION    = idempo
+EXTVERSION   = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
+MODULE_big   = idempo
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+DATA         = $(sort $(wildcard src/sql/$(EXTENSION)--*.sql))
+PGFILEDESC   = "idempo - the same business action happens once"
+
+REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --inputdir=. --outputdir=results
+ISOLATION    = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=results/isolation
+
+PG_CPPFLAGS  = -I$(srcdir)/src
+PG_CFLAGS    = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+               -Wno-missing-field-initializers -Wno-cast-function-type
+
+PG_CONFIG   ?= pg_config
+PGXS        := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+EXTRA_CLEAN  = results

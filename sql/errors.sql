@@ -1,0 +1,51 @@
+-- Bad input: refused with a documented SQLSTATE and a hint, and nothing changes.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text;
+BEGIN
+    EXECUTE stmt;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
+END $$;
+
+CREATE FUNCTION pg_temp.snapshot() RETURNS text LANGUAGE sql AS $$
+    SELECT md5(coalesce((SELECT string_agg(o::text, ',' ORDER BY scope, key) FROM idempo.operations o), '')
+            || coalesce((SELECT string_agg(c::text, ',' ORDER BY id) FROM idempo.conflicts c), '')
+            || coalesce((SELECT string_agg(r::text, ',' ORDER BY id) FROM idempo.reviews r), ''))
+$$;
+
+SELECT name FROM idempo.create_scope('e', retention => '1 hour', lease => '1 minute');
+SELECT outcome FROM idempo.claim('e', 'existing', '{"a":1}');
+CREATE TEMP TABLE before AS SELECT pg_temp.snapshot() AS s;
+
+SELECT pg_temp.err(stmt) FROM (VALUES
+    ($$SELECT idempo.claim(NULL, 'k')$$),
+    ($$SELECT idempo.claim('', 'k')$$),
+    ($$SELECT idempo.claim(repeat('s', 200), 'k')$$),
+    ($$SELECT idempo.claim('e', NULL)$$),
+    ($$SELECT idempo.claim('e', '')$$),
+    ($$SELECT idempo.claim('e', repeat('k', 1025))$$),
+    ($$SELECT idempo.claim('e', 'k', '{"a":1}', fingerprint => sha256('x'))$$),
+    ($$SELECT idempo.claim('e', 'k', fingerprint => '\x0102')$$),
+    ($$SELECT idempo.claim('e', 'k', wait => NULL)$$),
+    ($$SELECT idempo.claim('e', 'k', complete_on_commit => NULL)$$),
+    ($$SELECT idempo.complete(NULL, 'existing', 1)$$),
+    ($$SELECT idempo.complete('e', NULL, 1)$$),
+    ($$SELECT idempo.complete('e', 'existing', 7)$$),
+    ($$SELECT idempo.fail('e', 'existing', 1, 'x', retryable => NULL)$$),
+    ($$SELECT idempo.lookup('e', '')$$),
+    ($$SELECT idempo.lookup('nope', 'k')$$)
+) AS t(stmt);
+
+-- The longest key allowed is 1024 bytes, counted in bytes, not characters.
+SELECT outcome FROM idempo.claim('e', repeat('k', 1024));
+SELECT pg_temp.err($$SELECT idempo.claim('e', repeat('é', 513))$$);
+DELETE FROM idempo.operations WHERE key = repeat('k', 1024);
+
+SELECT pg_temp.snapshot() = s AS nothing_changed FROM before;

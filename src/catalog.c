@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *	  OIDs of idempo's own objects in the current database, looked up once
+ *	  and kept until a relcache invalidation says they may have changed.
+ *
+ * The hot path must not look objects up by name on every call.  We cache
+ * the OIDs (schema, tables, enum labels, owner) and drop the cache when an
+ * invalidation names one of our tables (DROP/CREATE EXTENSION, ALTER TABLE
+ * ... OWNER, and the statement trigger on idempo.scopes) or when the
+ * invalidation queue overflowed.  The callback only sets flags: memory is
+ * released lazily on the next call, never while a caller may still hold a
+ * pointer into it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+const char *const idempo_status_names[NUM_STATUSES] = {
+	"in_progress", "succeeded", "failed", "retryable", "unknown", "in_review"
+};
+
+const char *const idempo_outcome_names[NUM_OUTCOMES] = {
+	"acquired", "replay", "busy", "conflict", "unknown", "in_review", "stale"
+};
+
+static IdempoCatalog catalog;
+static bool catalog_valid = false;
+
+/* Relcache invalidation: one of our tables changed, or everything did. */
+static void
+idempo_relcache_callback(Datum arg, Oid relid)
+{
+	if (!catalog_valid)
+		return;
+	if (relid == InvalidOid || relid == catalog.scopes_relid ||
+		relid == catalog.operations_relid)
+	{
+		catalog_valid = false;
+		idempo_scope_cache_reset();
+	}
+}
+
+void
+idempo_catalog_register_callbacks(void)
+{
+	CacheRegisterRelcacheCallback(idempo_relcache_callback, (Datum) 0);
+}
+
+/* OID of one label of one of our enums; the extension script must be intact. */
+static Oid
+enum_label_oid(Oid typid, const char *label)
+{
+	Oid			oid;
+
+	oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+						  ObjectIdGetDatum(typid), CStringGetDatum(label));
+	if (!OidIsValid(oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("label \"%s\" of an idempo enum type is missing", label),
+				 errhint("Reinstall the extension: DROP EXTENSION idempo; CREATE EXTENSION idempo;")));
+	return oid;
+}
+
+static Oid
+relation_oid(const char *name, Oid nsp)
+{
+	Oid			relid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table idempo.%s does not exist", name),
+				 errhint("Is the idempo extension installed in this database? CREATE EXTENSION idempo;")));
+	return relid;
+}
+
+static Oid
+type_oid(const char *name, Oid nsp)
+{
+	Oid			typid;
+
+	typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+							CStringGetDatum(name), ObjectIdGetDatum(nsp));
+	if (!OidIsValid(typid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("type idempo.%s does not exist", name),
+				 errhint("Is the idempo extension installed in this database? CREATE EXTENSION idempo;")));
+	return typid;
+}
+
+/* The cached OIDs, looked up again if an invalidation arrived since. */
+const IdempoCatalog *
+idempo_catalog(void)
+{
+	IdempoCatalog fresh;
+	HeapTuple	tuple;
+	int			i;
+
+	if (likely(catalog_valid))
+		return &catalog;
+
+	fresh.namespace_oid = get_namespace_oid("idempo", true);
+	if (!OidIsValid(fresh.namespace_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_SCHEMA),
+				 errmsg("schema \"idempo\" does not exist"),
+				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
+	fresh.scopes_relid = relation_oid("scopes", fresh.namespace_oid);
+	fresh.operations_relid = relation_oid("operations", fresh.namespace_oid);
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(fresh.operations_relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", fresh.operations_relid);
+	fresh.owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	fresh.status_typid = type_oid("status", fresh.namespace_oid);
+	fresh.outcome_typid = type_oid("outcome", fresh.namespace_oid);
+	for (i = 0; i < NUM_STATUSES; i++)
+		fresh.status_label[i] = enum_label_oid(fresh.status_typid, idempo_status_names[i]);
+	for (i = 0; i < NUM_OUTCOMES; i++)
+		fresh.outcome_label[i] = enum_label_oid(fresh.outcome_typid, idempo_outcome_names[i]);
+
+	catalog = fresh;
+	catalog_valid = true;
+	return &catalog;
+}
+
+/* idempo.status value (an enum label OID) to the C enum. */
+IdempoStatus
+idempo_status_from_datum(Datum d)
+{
+	const IdempoCatalog *cat = idempo_catalog();
+	Oid			label = DatumGetObjectId(d);
+	int			i;
+
+	for (i = 0; i < NUM_STATUSES; i++)
+		if (cat->status_label[i] == label)
+			return (IdempoStatus) i;
+	elog(ERROR, "unrecognized idempo.status label OID %u", label);
+	pg_unreachable();
+}
+
+Datum
+idempo_status_datum(IdempoStatus s)
+{
+	Assert(s >= 0 && s < NUM_STATUSES);
+	return ObjectIdGetDatum(idempo_catalog()->status_label[s]);
+}
+
+Datum
+idempo_outcome_datum(IdempoOutcome o)
+{
+	Assert(o >= 0 && o < NUM_OUTCOMES);
+	return ObjectIdGetDatum(idempo_catalog()->outcome_label[o]);
+}

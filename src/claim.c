@@ -1,0 +1,520 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  idempo.claim(): decide, atomically and in the caller's transaction,
+ *	  whether this caller may perform a business action.
+ *
+ * Protocol, for one (scope, key):
+ *
+ * 1. Take a transaction-level lock on the key (an advisory lock tag of our
+ *	  own, see lock_key).  It serializes claims of one key until the holder's
+ *	  transaction ends, so that a second claim sees what the first one left
+ *	  behind (committed: its record; rolled back: nothing).  wait => false
+ *	  only tries it, and answers 'busy' at once when another transaction
+ *	  holds it.
+ * 2. The common case, a new key, is then one statement:
+ *	  INSERT ... ON CONFLICT (scope, key) DO NOTHING.  A row inserted means
+ *	  'acquired'.
+ * 3. Otherwise the record is read FOR UPDATE (SKIP LOCKED with
+ *	  wait => false), and decide_existing() applies the rules of the spec in
+ *	  their order: expiry first (a finished record past expires_at counts as
+ *	  absent; unfinished work past retention goes to review; a lease that ran
+ *	  out makes the attempt 'unknown', or is re-acquired in 'retry' scopes),
+ *	  then the fingerprint comparison ('conflict', recorded durably by
+ *	  conflicts.c), then the status.
+ *
+ * Every time is computed here and passed as a parameter.  The lock and the
+ * row lock are node-local: on Citus this stays correct because every call
+ * for one key is delegated to the node that owns the key's shard.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "op_row.h"
+
+PG_FUNCTION_INFO_V1(idempo_claim);
+
+/* locktag_field4 of our advisory locks, to keep clear of pg_advisory_lock's (1 and 2) */
+#define IDEMPO_LOCK_CLASS 0x1de0
+
+typedef struct ClaimArgs
+{
+	const IdempoScope *scope;
+	char	   *key;
+	bool		has_fingerprint;
+	uint8		fingerprint[IDEMPO_DIGEST_LEN];
+	Jsonb	   *params;
+	Datum		run_id;			/* text, or 0 */
+	bool		has_intent_at;
+	TimestampTz intent_at;
+	bool		wait;
+	bool		complete_on_commit;
+	TimestampTz now;
+	Oid			user;
+} ClaimArgs;
+
+typedef struct ClaimAnswer
+{
+	IdempoOutcome outcome;
+	bool		has_row;		/* status etc. below are meaningful */
+	OpRow		row;
+	int64		conflict_id;
+	int64		review_id;
+	int			from_status;	/* for the audit log; -1: there was no record */
+	bool		record_conflict;
+	uint8		stored_fingerprint[IDEMPO_DIGEST_LEN];
+	Jsonb	   *stored_params;
+} ClaimAnswer;
+
+/*
+ * Locks the key for the rest of the transaction.  Returns false if
+ * dont_wait and another transaction holds it.
+ */
+static bool
+lock_key(const char *scope, const char *key, bool dont_wait)
+{
+	LOCKTAG		tag;
+	uint64		h;
+
+	h = hash_bytes_extended((const unsigned char *) scope, strlen(scope), 0);
+	h = hash_bytes_extended((const unsigned char *) key, strlen(key), h);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, IDEMPO_LOCK_CLASS);
+	return LockAcquire(&tag, ExclusiveLock, false, dont_wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* The state of a freshly acquired attempt (attempt and first_seen_at set by the caller). */
+static void
+row_acquire(OpRow *r, const ClaimArgs *a)
+{
+	const IdempoScope *s = a->scope;
+
+	r->last_attempt_at = a->now;
+	op_row_set_run_id(r, a->run_id);
+	if (a->has_fingerprint && !r->has_fingerprint)
+	{
+		r->has_fingerprint = true;
+		memcpy(r->fingerprint, a->fingerprint, IDEMPO_DIGEST_LEN);
+	}
+	if (s->store_params && a->params != NULL && r->params == NULL)
+		r->params = a->params;
+	r->result = NULL;
+	r->target_ref = (Datum) 0;
+	r->error = (Datum) 0;
+	if (a->complete_on_commit)
+	{
+		/* other sessions first see the row at commit: as succeeded */
+		r->status = STATUS_SUCCEEDED;
+		r->lease_expires_at = DT_NOBEGIN;
+		r->completed_at = a->now;
+		r->expires_at = idempo_time_add(a->now, s->retention_us);
+		r->sweep_at = r->expires_at;
+	}
+	else
+	{
+		TimestampTz review_at = idempo_time_add(r->first_seen_at, s->retention_us);
+
+		r->status = STATUS_IN_PROGRESS;
+		r->lease_expires_at = idempo_time_add(a->now, s->lease_us);
+		r->completed_at = DT_NOBEGIN;
+		r->expires_at = DT_NOBEGIN;
+		r->sweep_at = Min(r->lease_expires_at, review_at);
+	}
+}
+
+/* A brand-new record for this claim (attempt 1), or a stale one (attempt 0, in review). */
+static void
+row_new(OpRow *r, const ClaimArgs *a, bool stale)
+{
+	op_row_init(r);
+	r->first_seen_at = a->now;
+	r->attempt = stale ? 0 : 1;
+	row_acquire(r, a);
+	if (stale)
+	{
+		r->status = STATUS_IN_REVIEW;
+		r->lease_expires_at = DT_NOBEGIN;
+		r->completed_at = DT_NOBEGIN;
+		r->expires_at = DT_NOBEGIN;
+		r->sweep_at = DT_NOBEGIN;
+	}
+}
+
+static bool
+intent_is_stale(const ClaimArgs *a)
+{
+	return a->has_intent_at &&
+		idempo_time_add(a->intent_at, a->scope->retention_us) < a->now;
+}
+
+/* Opens a review and puts the operation in review (the row is written by the caller). */
+static void
+to_review(ClaimAnswer *ans, const ClaimArgs *a, const char *reason, const char *note)
+{
+	ans->review_id = idempo_open_review(a->scope->name, a->key, reason, note, a->now);
+	ans->row.status = STATUS_IN_REVIEW;
+	ans->row.lease_expires_at = DT_NOBEGIN;
+	ans->row.sweep_at = DT_NOBEGIN;
+}
+
+static char *
+stale_note(const ClaimArgs *a)
+{
+	return psprintf("intent_at %s is older than the scope's retention; a finished record may already have been purged",
+					timestamptz_to_str(a->intent_at));
+}
+
+/*
+ * The rules for an existing record (locked FOR UPDATE), in the spec's order.
+ * Writes the record if it changes.
+ */
+static void
+decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
+{
+	const IdempoScope *s = a->scope;
+	OpRow	   *r = &ans->row;
+	bool		changed = false;
+	bool		lease_over_retry = false;
+
+	ans->from_status = r->status;
+
+	/* 1. expiry */
+	if (idempo_status_finished(r->status) && r->expires_at <= a->now)
+	{
+		/* counts as absent: the key starts afresh */
+		bool		stale = intent_is_stale(a);
+
+		row_new(r, a, stale);
+		ans->from_status = -1;
+		op_row_write(a->scope->name, a->key, r);
+		if (stale)
+		{
+			ans->review_id = idempo_open_review(s->name, a->key, "stale_retry", stale_note(a), a->now);
+			ans->outcome = OUTCOME_STALE;
+		}
+		else
+		{
+			ans->outcome = OUTCOME_ACQUIRED;
+			idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
+		}
+		return;
+	}
+	if (idempo_status_unfinished(r->status) &&
+		idempo_time_add(r->first_seen_at, s->retention_us) <= a->now)
+	{
+		to_review(ans, a, "retention_expired", NULL);
+		changed = true;
+	}
+	else if (r->status == STATUS_IN_PROGRESS && r->lease_expires_at <= a->now)
+	{
+		if (s->retry_on_lease_expiry)
+			lease_over_retry = true;
+		else
+		{
+			r->status = STATUS_UNKNOWN;
+			r->lease_expires_at = DT_NOBEGIN;
+			r->sweep_at = idempo_time_add(r->first_seen_at, s->retention_us);
+			changed = true;
+		}
+	}
+
+	/* 2. the fingerprint */
+	if (a->has_fingerprint && r->has_fingerprint &&
+		memcmp(a->fingerprint, r->fingerprint, IDEMPO_DIGEST_LEN) != 0)
+	{
+		if (changed)
+			op_row_write(s->name, a->key, r);
+		ans->outcome = OUTCOME_CONFLICT;
+		ans->record_conflict = true;
+		memcpy(ans->stored_fingerprint, r->fingerprint, IDEMPO_DIGEST_LEN);
+		ans->stored_params = r->params;
+		return;
+	}
+
+	/* 3. the status */
+	if (lease_over_retry || r->status == STATUS_RETRYABLE)
+	{
+		if (s->max_attempts > 0 && r->attempt >= s->max_attempts)
+		{
+			to_review(ans, a, "attempts_exhausted",
+					  psprintf("%d of %d attempts used", r->attempt, s->max_attempts));
+			op_row_write(s->name, a->key, r);
+			ans->outcome = OUTCOME_IN_REVIEW;
+			return;
+		}
+		r->attempt++;
+		row_acquire(r, a);
+		op_row_write(s->name, a->key, r);
+		ans->outcome = OUTCOME_ACQUIRED;
+		idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
+		return;
+	}
+
+	if (changed)
+		op_row_write(s->name, a->key, r);
+	switch (r->status)
+	{
+		case STATUS_IN_PROGRESS:
+			ans->outcome = OUTCOME_BUSY;
+			break;
+		case STATUS_SUCCEEDED:
+		case STATUS_FAILED:
+			ans->outcome = OUTCOME_REPLAY;
+			break;
+		case STATUS_UNKNOWN:
+			ans->outcome = OUTCOME_UNKNOWN;
+			break;
+		case STATUS_IN_REVIEW:
+			ans->outcome = OUTCOME_IN_REVIEW;
+			break;
+		case STATUS_RETRYABLE:
+		case NUM_STATUSES:
+			elog(ERROR, "unexpected status %d", (int) r->status);
+	}
+}
+
+/* The claim protocol (see the file header), inside an idempo SPI session. */
+static void
+claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
+{
+	int			tries;
+
+	for (tries = 0; tries < 3; tries++)
+	{
+		bool		stale = intent_is_stale(a);
+
+		/* A new key: one INSERT.  A stale intent must first prove there is no record. */
+		if (!stale)
+		{
+			row_new(&ans->row, a, false);
+			if (op_row_insert(a->scope->name, a->key, &ans->row))
+			{
+				ans->has_row = true;
+				ans->outcome = OUTCOME_ACQUIRED;
+				idempo_txn_remember(a->scope->name, a->key, 1, a->complete_on_commit);
+				return;
+			}
+		}
+
+		if (op_row_read(a->scope->name, a->key, &ans->row,
+						a->wait ? OP_READ_FOR_UPDATE : OP_READ_SKIP_LOCKED))
+		{
+			ans->has_row = true;
+			decide_existing(ans, a);
+			return;
+		}
+		if (!a->wait && op_row_read(a->scope->name, a->key, &ans->row, OP_READ_PLAIN))
+		{
+			/* locked by someone else (e.g. a complete() in flight) */
+			ans->has_row = true;
+			ans->outcome = OUTCOME_BUSY;
+			return;
+		}
+		if (stale)
+		{
+			row_new(&ans->row, a, true);
+			if (op_row_insert(a->scope->name, a->key, &ans->row))
+			{
+				ans->has_row = true;
+				ans->review_id = idempo_open_review(a->scope->name, a->key, "stale_retry",
+													stale_note(a), a->now);
+				ans->outcome = OUTCOME_STALE;
+				return;
+			}
+		}
+		/* the record was purged between our statements: start over */
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not claim key \"%s\" in scope \"%s\": the record kept changing",
+					a->key, a->scope->name),
+			 errhint("Retry the transaction.")));
+}
+
+static Datum
+build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
+{
+	TupleDesc	desc;
+	Datum		values[10];
+	bool		nulls[10];
+	OpRow	   *r = &ans->row;
+	bool		replay = ans->outcome == OUTCOME_REPLAY;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idempo.claim must return a composite type");
+	desc = BlessTupleDesc(desc);
+
+	memset(nulls, true, sizeof(nulls));
+	values[0] = idempo_outcome_datum(ans->outcome);
+	nulls[0] = false;
+	if (ans->has_row)
+	{
+		values[1] = idempo_status_datum(r->status);
+		values[2] = Int32GetDatum(r->attempt);
+		values[6] = TimestampTzGetDatum(r->first_seen_at);
+		nulls[1] = nulls[2] = nulls[6] = false;
+		if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at))
+		{
+			values[7] = TimestampTzGetDatum(r->lease_expires_at);
+			nulls[7] = false;
+		}
+		/* only a replay returns the stored answer */
+		if (replay && r->result != NULL)
+		{
+			values[3] = PointerGetDatum(r->result);
+			nulls[3] = false;
+		}
+		if (replay && r->target_ref != (Datum) 0)
+		{
+			values[4] = r->target_ref;
+			nulls[4] = false;
+		}
+		if (replay && r->error != (Datum) 0)
+		{
+			values[5] = r->error;
+			nulls[5] = false;
+		}
+	}
+	if (ans->conflict_id != 0)
+	{
+		values[8] = Int64GetDatum(ans->conflict_id);
+		nulls[8] = false;
+	}
+	if (ans->review_id != 0)
+	{
+		values[9] = Int64GetDatum(ans->review_id);
+		nulls[9] = false;
+	}
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+static bool
+bool_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name),
+				 errhint("Pass true or false, or leave the argument out for its default.")));
+	return PG_GETARG_BOOL(argno);
+}
+
+/*
+ * idempo.claim(scope, key, params, fingerprint, run_id, intent_at, wait,
+ *				complete_on_commit) RETURNS idempo.claim_result
+ */
+Datum
+idempo_claim(PG_FUNCTION_ARGS)
+{
+	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
+	MemoryContext callcxt = CurrentMemoryContext;
+	IdempoSpiSession session;
+	ClaimArgs	a;
+	ClaimAnswer ans;
+	Datum		result;
+
+	memset(&a, 0, sizeof(a));
+	memset(&ans, 0, sizeof(ans));
+	ans.from_status = -1;
+	a.wait = bool_arg(fcinfo, 6, "wait");
+	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit");
+	a.params = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	a.run_id = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(4));
+	if (!PG_ARGISNULL(5))
+	{
+		a.has_intent_at = true;
+		a.intent_at = PG_GETARG_TIMESTAMPTZ(5);
+	}
+
+	idempo_spi_begin(&session);
+	a.user = session.save_userid;
+	a.scope = idempo_scope_get(scope_name);
+	a.key = idempo_key_arg(fcinfo, 1, a.scope);
+	idempo_scope_check_use(a.scope, a.key, a.user);
+
+	if (a.params != NULL && !PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("claim of key \"%s\" in scope \"%s\" gives both params and fingerprint",
+						a.key, a.scope->name),
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both.")));
+	if (!PG_ARGISNULL(3))
+	{
+		bytea	   *fp = PG_GETARG_BYTEA_PP(3);
+
+		if (VARSIZE_ANY_EXHDR(fp) != IDEMPO_DIGEST_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
+							a.key, a.scope->name, (size_t) VARSIZE_ANY_EXHDR(fp), IDEMPO_DIGEST_LEN),
+					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...).")));
+		memcpy(a.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
+		a.has_fingerprint = true;
+	}
+	else if (a.params != NULL)
+	{
+		idempo_fingerprint_jsonb(a.params, a.fingerprint);
+		a.has_fingerprint = true;
+	}
+	if (a.scope->require_fingerprint && !a.has_fingerprint)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("scope \"%s\" requires a fingerprint, and the claim of key \"%s\" has none",
+						a.scope->name, a.key),
+				 errhint("Pass params => the request's business parameters as jsonb.")));
+
+	if (!lock_key(a.scope->name, a.key, !a.wait))
+	{
+		/* another transaction is working on the key right now */
+		ans.outcome = OUTCOME_BUSY;
+		ans.has_row = op_row_read(a.scope->name, a.key, &ans.row, OP_READ_PLAIN);
+	}
+	else
+	{
+		a.now = idempo_now();
+		claim_locked(&ans, &a);
+	}
+
+	idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
+					 ans.has_row ? ans.row.attempt : -1, ans.from_status,
+					 ans.has_row ? (int) ans.row.status : -1, ans.outcome, "claim",
+					 a.now ? a.now : idempo_now(), a.user);
+
+	/* the answer outlives SPI: build it in the caller's memory */
+	{
+		MemoryContext spicxt = MemoryContextSwitchTo(callcxt);
+
+		op_row_copy_out(&ans.row);
+		if (ans.stored_params)
+			ans.stored_params = (Jsonb *) PG_DETOAST_DATUM_COPY(PointerGetDatum(ans.stored_params));
+		MemoryContextSwitchTo(spicxt);
+	}
+	idempo_spi_end(&session);
+
+	if (ans.record_conflict)
+	{
+		IdempoConflict c;
+
+		c.scope = a.scope->name;
+		c.key = a.key;
+		c.stored_fingerprint = ans.stored_fingerprint;
+		c.incoming_fingerprint = a.fingerprint;
+		c.stored_params = a.scope->store_params ? ans.stored_params : NULL;
+		c.incoming_params = a.scope->store_params ? a.params : NULL;
+		c.run_id = a.run_id ? TextDatumGetCString(a.run_id) : NULL;
+		c.detected_at = a.now;
+		ans.conflict_id = idempo_record_conflict(&c);
+	}
+
+	result = build_result(fcinfo, &ans);
+	PG_RETURN_DATUM(result);
+}

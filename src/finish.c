@@ -1,0 +1,179 @@
+/*-------------------------------------------------------------------------
+ *
+ * finish.c
+ *	  idempo.complete() and idempo.fail(): record the outcome of an attempt.
+ *
+ * Both are one UPDATE fenced by attempt: it matches only while the named
+ * attempt is still the operation's current one and the operation is
+ * in_progress (or unknown: a late reply of the same attempt resolves it).
+ * Only when nothing matched do we read the row again, to say precisely why
+ * the call was refused.  The UPDATE changes no indexed column, so it can be
+ * a HOT update.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "op_row.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(idempo_complete);
+PG_FUNCTION_INFO_V1(idempo_fail);
+
+typedef struct FinishArgs
+{
+	const IdempoScope *scope;
+	char	   *key;
+	int32		attempt;
+	bool		on_commit;		/* this transaction acquired it with complete_on_commit */
+	IdempoStatus to;
+	Datum		result;			/* jsonb or 0 */
+	Datum		target_ref;		/* text or 0 */
+	Datum		error;			/* text or 0 */
+} FinishArgs;
+
+/* Which attempt the call finishes: the one given, or the one this transaction acquired. */
+static void
+resolve_attempt(FunctionCallInfo fcinfo, int argno, FinishArgs *f, const char *verb)
+{
+	int32		mine;
+	bool		on_commit;
+	bool		have = idempo_txn_lookup(f->scope->name, f->key, &mine, &on_commit);
+
+	if (PG_ARGISNULL(argno))
+	{
+		if (!have)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cannot %s key \"%s\" in scope \"%s\": this transaction acquired no attempt of it",
+							verb, f->key, f->scope->name),
+					 errhint("Pass attempt => the attempt number idempo.claim() returned.")));
+		f->attempt = mine;
+		f->on_commit = on_commit;
+	}
+	else
+	{
+		f->attempt = PG_GETARG_INT32(argno);
+		f->on_commit = have && on_commit && mine == f->attempt;
+	}
+}
+
+/* Explains why the fenced UPDATE matched nothing. */
+static void
+refuse(const FinishArgs *f, const char *verb)
+{
+	OpRow		r;
+
+	if (!op_row_read(f->scope->name, f->key, &r, OP_READ_PLAIN))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no such operation",
+						verb, f->key, f->scope->name),
+				 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
+	if (f->attempt < r.attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot %s key \"%s\" in scope \"%s\": attempt %d was superseded by attempt %d",
+						verb, f->key, f->scope->name, f->attempt, r.attempt),
+				 errhint("A newer attempt owns the operation; a late attempt must not overwrite it.")));
+	if (f->attempt != r.attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no attempt %d, the current one is %d",
+						verb, f->key, f->scope->name, f->attempt, r.attempt),
+				 errhint("Pass the attempt number idempo.claim() returned.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": it is %s, not in_progress",
+					verb, f->key, f->scope->name, idempo_status_names[r.status]),
+			 r.status == STATUS_IN_REVIEW ?
+			 errhint("A person decides on operations in review: use idempo.resolve().") :
+			 idempo_status_finished(r.status) ?
+			 errhint("The operation is already finished; its result is replayed to every claim.") :
+			 errhint("Claim the key again to start a new attempt.")));
+}
+
+static Datum
+finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *verb)
+{
+	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
+	IdempoSpiSession session;
+	TimestampTz now;
+	Datum		values[10];
+	char		nulls[10];
+	int			from_status = -1;
+
+	idempo_spi_begin(&session);
+	f->scope = idempo_scope_get(scope_name);
+	f->key = idempo_key_arg(fcinfo, 1, f->scope);
+	idempo_scope_check_use(f->scope, f->key, session.save_userid);
+	resolve_attempt(fcinfo, attempt_argno, f, verb);
+	now = idempo_now();
+
+	if (f->scope->audit)
+	{
+		OpRow		before;
+
+		if (op_row_read(f->scope->name, f->key, &before, OP_READ_FOR_UPDATE))
+			from_status = before.status;
+	}
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(f->scope->name);
+	values[1] = CStringGetTextDatum(f->key);
+	values[2] = Int32GetDatum(f->attempt);
+	values[3] = CStringGetTextDatum(idempo_status_names[f->to]);
+	values[4] = f->result;
+	nulls[4] = f->result ? ' ' : 'n';
+	values[5] = f->target_ref;
+	nulls[5] = f->target_ref ? ' ' : 'n';
+	values[6] = f->error;
+	nulls[6] = f->error ? ' ' : 'n';
+	if (idempo_status_finished(f->to))
+	{
+		values[7] = TimestampTzGetDatum(now);
+		values[8] = TimestampTzGetDatum(idempo_time_add(now, f->scope->retention_us));
+	}
+	else
+		nulls[7] = nulls[8] = 'n';
+	values[9] = BoolGetDatum(f->on_commit);
+
+	if (idempo_spi_execute(PLAN_OP_FINISH, values, nulls, 0) != 1)
+		refuse(f, verb);
+
+	idempo_log_event(f->scope, f->key, NULL, f->attempt, from_status, f->to, -1, verb, now,
+					 session.save_userid);
+	idempo_spi_end(&session);
+	return idempo_status_datum(f->to);
+}
+
+/* idempo.complete(scope, key, attempt, result, target_ref) RETURNS idempo.status */
+Datum
+idempo_complete(PG_FUNCTION_ARGS)
+{
+	FinishArgs	f;
+
+	memset(&f, 0, sizeof(f));
+	f.to = STATUS_SUCCEEDED;
+	f.result = PG_ARGISNULL(3) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(3));
+	f.target_ref = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(4));
+	PG_RETURN_DATUM(finish(fcinfo, &f, 2, "complete"));
+}
+
+/* idempo.fail(scope, key, attempt, error, retryable) RETURNS idempo.status */
+Datum
+idempo_fail(PG_FUNCTION_ARGS)
+{
+	FinishArgs	f;
+
+	memset(&f, 0, sizeof(f));
+	if (PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("retryable must not be NULL"),
+				 errhint("true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.")));
+	f.to = PG_GETARG_BOOL(4) ? STATUS_RETRYABLE : STATUS_FAILED;
+	f.error = PG_ARGISNULL(3) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(3));
+	PG_RETURN_DATUM(finish(fcinfo, &f, 2, "fail"));
+}

@@ -1,0 +1,221 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempo.h
+ *	  Shared declarations of the idempo extension, and the state machine it
+ *	  enforces.
+ *
+ * An operation is the processing record of one business action, identified
+ * by (scope, key).  Its status moves only along these edges:
+ *
+ *	 (none) --claim--> in_progress --complete--> succeeded
+ *	                        |      --fail(retryable)--> retryable --claim--> in_progress (attempt+1)
+ *	                        |      --fail(final)--> failed
+ *	                        +--lease runs out--> unknown   (scope on_lease_expiry = 'unknown')
+ *	                        +--lease runs out--> in_progress, attempt+1 (on_lease_expiry = 'retry')
+ *	 unknown --complete/fail of the same attempt (a late reply)--> succeeded/failed/retryable
+ *	 unknown --verify(found)--> succeeded; --verify(not found, settle window passed)--> retryable
+ *	 in_progress/retryable/unknown --first_seen_at + retention passed--> in_review
+ *	 retryable with max_attempts used --claim--> in_review
+ *	 (none), claim with intent_at older than retention --> in_review (stale)
+ *	 succeeded/failed --expires_at passed--> (absent: purged, or replaced by a new claim)
+ *	 in_review --resolve--> succeeded/failed/retryable; nothing automatic touches it.
+ *
+ * Invariants kept by every writer (and checked by idempo.check_consistency):
+ *	 - attempt grows by one with each acquisition and doubles as fencing token:
+ *	   complete/fail/verify name an attempt, and a superseded one is refused;
+ *	 - in_progress rows have lease_expires_at, finished rows completed_at and
+ *	   expires_at; in_review rows have exactly one open review;
+ *	 - sweep_at is never later than the first time the sweep has work on the
+ *	   row (it may be earlier: the sweep then just moves it forward).
+ *
+ * Timestamps are computed here in C and passed to plain SQL statements as
+ * parameters (no volatile functions in DML), so the same statements run on a
+ * distributed (Citus) operations table.
+ *
+ * Copyright (c) 2026, idempo developers
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPO_H
+#define IDEMPO_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+/* Mirrors the label order of the SQL enum idempo.status. */
+typedef enum IdempoStatus
+{
+	STATUS_IN_PROGRESS,
+	STATUS_SUCCEEDED,
+	STATUS_FAILED,
+	STATUS_RETRYABLE,
+	STATUS_UNKNOWN,
+	STATUS_IN_REVIEW,
+	NUM_STATUSES
+} IdempoStatus;
+
+/* Mirrors the label order of the SQL enum idempo.outcome. */
+typedef enum IdempoOutcome
+{
+	OUTCOME_ACQUIRED,
+	OUTCOME_REPLAY,
+	OUTCOME_BUSY,
+	OUTCOME_CONFLICT,
+	OUTCOME_UNKNOWN,
+	OUTCOME_IN_REVIEW,
+	OUTCOME_STALE,
+	NUM_OUTCOMES
+} IdempoOutcome;
+
+#define IDEMPO_MAX_SCOPE_BYTES	128
+#define IDEMPO_MAX_KEY_BYTES	1024
+#define IDEMPO_DIGEST_LEN		32	/* SHA-256 */
+#define IDEMPO_DIGEST_HEX_LEN	64
+
+extern const char *const idempo_status_names[NUM_STATUSES];
+extern const char *const idempo_outcome_names[NUM_OUTCOMES];
+
+static inline bool
+idempo_status_finished(IdempoStatus s)
+{
+	return s == STATUS_SUCCEEDED || s == STATUS_FAILED;
+}
+
+static inline bool
+idempo_status_unfinished(IdempoStatus s)
+{
+	return s == STATUS_IN_PROGRESS || s == STATUS_RETRYABLE || s == STATUS_UNKNOWN;
+}
+
+/* ---- catalog.c: OIDs of the extension's objects in this database ---- */
+
+typedef struct IdempoCatalog
+{
+	Oid			namespace_oid;
+	Oid			scopes_relid;
+	Oid			operations_relid;
+	Oid			owner;			/* owner of idempo.operations: runs our SQL */
+	Oid			status_typid;
+	Oid			outcome_typid;
+	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
+	Oid			outcome_label[NUM_OUTCOMES];
+} IdempoCatalog;
+
+extern const IdempoCatalog *idempo_catalog(void);
+extern IdempoStatus idempo_status_from_datum(Datum d);
+extern Datum idempo_status_datum(IdempoStatus s);
+extern Datum idempo_outcome_datum(IdempoOutcome o);
+extern void idempo_catalog_register_callbacks(void);
+
+/* ---- plans.c: kept SPI plans, prepared on first use ---- */
+
+typedef enum IdempoPlanId
+{
+	PLAN_SCOPE_GET,
+	PLAN_OP_INSERT,
+	PLAN_OP_SELECT_FOR_UPDATE,
+	PLAN_OP_SELECT_SKIP_LOCKED,
+	PLAN_OP_SELECT,
+	PLAN_OP_WRITE,
+	PLAN_OP_FINISH,
+	PLAN_OP_LOOKUP,
+	PLAN_REVIEW_OPEN,
+	PLAN_REVIEW_FIND_OPEN,
+	PLAN_EVENT_LOG,
+	PLAN_CONFLICT_RECORD,
+	NUM_PLANS
+} IdempoPlanId;
+
+extern SPIPlanPtr idempo_plan(IdempoPlanId id);
+
+/* Runs SPI as the extension owner between these two calls. */
+typedef struct IdempoSpiSession
+{
+	Oid			save_userid;
+	int			save_sec_context;
+} IdempoSpiSession;
+
+extern void idempo_spi_begin(IdempoSpiSession *session);
+extern void idempo_spi_end(IdempoSpiSession *session);
+extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
+
+/* ---- scope_cache.c: the scopes, cached per backend ---- */
+
+typedef struct IdempoScope
+{
+	char		name[IDEMPO_MAX_SCOPE_BYTES + 1];
+	bool		enabled;
+	int64		retention_us;
+	int64		lease_us;
+	int64		verify_settle_us;
+	bool		retry_on_lease_expiry;
+	int32		max_attempts;	/* 0: no limit */
+	bool		require_fingerprint;
+	bool		hash_keys;
+	bool		store_params;
+	bool		audit;
+	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
+	char	   *allowed_role_name;
+	char	   *owner;			/* may be NULL */
+} IdempoScope;
+
+extern const IdempoScope *idempo_scope_get(const char *name);
+extern void idempo_scope_cache_reset(void);
+extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
+
+/* ---- keys.c: argument checks and the stored form of keys ---- */
+
+extern char *idempo_scope_arg(FunctionCallInfo fcinfo, int argno);
+extern char *idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope);
+extern void idempo_hex_digest(const uint8 *data, size_t len, char *hex_out);
+
+/* ---- fingerprint.c ---- */
+
+extern void idempo_fingerprint_jsonb(Jsonb *jb, uint8 *digest_out);
+extern void idempo_sha256(const uint8 *data, size_t len, uint8 *digest_out);
+
+/* ---- clock.c ---- */
+
+extern int	idempo_clock_offset_s;
+extern TimestampTz idempo_now(void);
+extern TimestampTz idempo_time_add(TimestampTz t, int64 usecs);
+extern int64 idempo_interval_usecs(Interval *iv);
+
+/* ---- txn_attempts.c: the attempts this transaction acquired ---- */
+
+extern void idempo_txn_remember(const char *scope, const char *key, int32 attempt,
+								bool on_commit);
+extern bool idempo_txn_lookup(const char *scope, const char *key, int32 *attempt,
+							  bool *on_commit);
+extern void idempo_txn_register_callbacks(void);
+
+/* ---- conflicts.c ---- */
+
+typedef struct IdempoConflict
+{
+	const char *scope;
+	const char *key;
+	const uint8 *stored_fingerprint;
+	const uint8 *incoming_fingerprint;
+	Jsonb	   *stored_params;	/* may be NULL */
+	Jsonb	   *incoming_params;	/* may be NULL */
+	const char *run_id;			/* may be NULL */
+	TimestampTz detected_at;
+} IdempoConflict;
+
+extern int64 idempo_record_conflict(const IdempoConflict *conflict);
+
+/* ---- audit.c ---- */
+
+extern void idempo_log_event(const IdempoScope *scope, const char *key, const char *run_id,
+							 int32 attempt, int from_status, int to_status, int outcome,
+							 const char *action, TimestampTz at, Oid actor);
+extern int64 idempo_open_review(const char *scope, const char *key, const char *reason,
+								const char *note, TimestampTz at);
+
+#endif							/* IDEMPO_H */

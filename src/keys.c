@@ -1,0 +1,114 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.c
+ *	  Checks of the scope and key arguments, and the form a key is stored in.
+ *
+ * In hash_keys scopes only the SHA-256 digest of a key (lowercase hex) is
+ * ever stored or printed: the clear key is hashed here, before anything
+ * else sees it, and error messages name the digest.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(idempo_stored_key);
+
+void
+idempo_hex_digest(const uint8 *data, size_t len, char *hex_out)
+{
+	static const char hexdigits[] = "0123456789abcdef";
+	size_t		i;
+
+	for (i = 0; i < len; i++)
+	{
+		hex_out[2 * i] = hexdigits[data[i] >> 4];
+		hex_out[2 * i + 1] = hexdigits[data[i] & 0xF];
+	}
+	hex_out[2 * len] = '\0';
+}
+
+/* The scope argument as a C string; refuses NULL, empty and oversized names. */
+char *
+idempo_scope_arg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *t;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("scope must not be NULL"),
+				 errhint("Pass the scope name, e.g. 'warehouse.outbound'.")));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("scope must not be empty"),
+				 errhint("Pass the scope name, e.g. 'warehouse.outbound'.")));
+	if (len > IDEMPO_MAX_SCOPE_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("scope name is %zu bytes long, the limit is %d", len, IDEMPO_MAX_SCOPE_BYTES),
+				 errhint("No scope can have such a name; check the arguments' order.")));
+	return text_to_cstring(t);
+}
+
+/*
+ * The key argument in its stored form: the key itself, or the hex SHA-256
+ * digest of it in hash_keys scopes.  Refuses NULL, empty and oversized keys
+ * without quoting them.
+ */
+char *
+idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope)
+{
+	text	   *t;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("key must not be NULL (scope \"%s\")", scope->name),
+				 errhint("Pass the stable identity of the business action, e.g. 'order-1001/shipment-1'.")));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key must not be empty (scope \"%s\")", scope->name),
+				 errhint("Pass the stable identity of the business action, e.g. 'order-1001/shipment-1'.")));
+	if (len > IDEMPO_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key is %zu bytes long, the limit is %d (scope \"%s\")",
+						len, IDEMPO_MAX_KEY_BYTES, scope->name),
+				 errhint("Build keys from business identifiers; hash long ones yourself or use a hash_keys scope.")));
+	if (scope->hash_keys)
+	{
+		uint8		digest[IDEMPO_DIGEST_LEN];
+		char	   *hex = palloc(IDEMPO_DIGEST_HEX_LEN + 1);
+
+		idempo_sha256((const uint8 *) VARDATA_ANY(t), len, digest);
+		idempo_hex_digest(digest, IDEMPO_DIGEST_LEN, hex);
+		return hex;
+	}
+	return text_to_cstring(t);
+}
+
+/* idempo.stored_key(scope, key): the key as idempo stores it. */
+Datum
+idempo_stored_key(PG_FUNCTION_ARGS)
+{
+	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
+	IdempoSpiSession session;
+	const IdempoScope *scope;
+	char	   *key;
+
+	idempo_spi_begin(&session);
+	scope = idempo_scope_get(scope_name);
+	key = idempo_key_arg(fcinfo, 1, scope);
+	idempo_spi_end(&session);
+	PG_RETURN_TEXT_P(cstring_to_text(key));
+}

@@ -1,0 +1,207 @@
+/*-------------------------------------------------------------------------
+ *
+ * op_row.c
+ *	  Reading and writing whole rows of idempo.operations through the kept
+ *	  plans, column order as in plans.c's OP_COLUMNS.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "op_row.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+enum OpCol
+{
+	COL_FINGERPRINT,
+	COL_STATUS,
+	COL_ATTEMPT,
+	COL_RUN_ID,
+	COL_FIRST_SEEN_AT,
+	COL_LAST_ATTEMPT_AT,
+	COL_LEASE_EXPIRES_AT,
+	COL_COMPLETED_AT,
+	COL_EXPIRES_AT,
+	COL_SWEEP_AT,
+	COL_RESULT,
+	COL_TARGET_REF,
+	COL_ERROR,
+	COL_PARAMS,
+	NUM_OP_COLS
+};
+
+void
+op_row_init(OpRow *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->lease_expires_at = DT_NOBEGIN;
+	r->completed_at = DT_NOBEGIN;
+	r->expires_at = DT_NOBEGIN;
+	r->sweep_at = DT_NOBEGIN;
+}
+
+void
+op_row_set_run_id(OpRow *r, Datum run_id)
+{
+	r->run_id = run_id;
+}
+
+static TimestampTz
+get_ts(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col + 1, &isnull);
+
+	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+static Datum
+get_varlena(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col + 1, &isnull);
+
+	return isnull ? (Datum) 0 : d;
+}
+
+/* Reads the record of (scope, key) into *r; false if there is none (or it is locked, SKIP LOCKED). */
+bool
+op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
+{
+	static const IdempoPlanId plan_of_mode[] = {
+		[OP_READ_PLAIN] = PLAN_OP_SELECT,
+		[OP_READ_FOR_UPDATE] = PLAN_OP_SELECT_FOR_UPDATE,
+		[OP_READ_SKIP_LOCKED] = PLAN_OP_SELECT_SKIP_LOCKED,
+	};
+	Datum		args[2];
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+
+	args[0] = CStringGetTextDatum(scope);
+	args[1] = CStringGetTextDatum(key);
+	if (idempo_spi_execute(plan_of_mode[mode], args, NULL, 1) == 0)
+		return false;
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	op_row_init(r);
+	d = SPI_getbinval(tuple, desc, COL_FINGERPRINT + 1, &isnull);
+	if (!isnull)
+	{
+		bytea	   *fp = DatumGetByteaPP(d);
+
+		if (VARSIZE_ANY_EXHDR(fp) == IDEMPO_DIGEST_LEN)
+		{
+			r->has_fingerprint = true;
+			memcpy(r->fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
+		}
+	}
+	r->status = idempo_status_from_datum(SPI_getbinval(tuple, desc, COL_STATUS + 1, &isnull));
+	r->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT + 1, &isnull));
+	r->run_id = get_varlena(tuple, desc, COL_RUN_ID);
+	r->first_seen_at = get_ts(tuple, desc, COL_FIRST_SEEN_AT);
+	r->last_attempt_at = get_ts(tuple, desc, COL_LAST_ATTEMPT_AT);
+	r->lease_expires_at = get_ts(tuple, desc, COL_LEASE_EXPIRES_AT);
+	r->completed_at = get_ts(tuple, desc, COL_COMPLETED_AT);
+	r->expires_at = get_ts(tuple, desc, COL_EXPIRES_AT);
+	r->sweep_at = get_ts(tuple, desc, COL_SWEEP_AT);
+	d = get_varlena(tuple, desc, COL_RESULT);
+	r->result = d ? DatumGetJsonbP(d) : NULL;
+	r->target_ref = get_varlena(tuple, desc, COL_TARGET_REF);
+	r->error = get_varlena(tuple, desc, COL_ERROR);
+	d = get_varlena(tuple, desc, COL_PARAMS);
+	r->params = d ? DatumGetJsonbP(d) : NULL;
+	return true;
+}
+
+static void
+set_ts(Datum *values, char *nulls, int i, TimestampTz t)
+{
+	values[i] = TimestampTzGetDatum(t);
+	nulls[i] = TIMESTAMP_IS_NOBEGIN(t) ? 'n' : ' ';
+}
+
+static void
+set_ptr(Datum *values, char *nulls, int i, Datum d)
+{
+	values[i] = d;
+	nulls[i] = d ? ' ' : 'n';
+}
+
+/* The parameters $1..$16 of PLAN_OP_INSERT and PLAN_OP_WRITE. */
+static void
+row_params(const char *scope, const char *key, const OpRow *r, Datum *values, char *nulls)
+{
+	Datum	   *v = values + 2;
+	char	   *n = nulls + 2;
+
+	memset(nulls, ' ', 2 + NUM_OP_COLS);
+	values[0] = CStringGetTextDatum(scope);
+	values[1] = CStringGetTextDatum(key);
+	if (r->has_fingerprint)
+	{
+		bytea	   *fp = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
+
+		SET_VARSIZE(fp, VARHDRSZ + IDEMPO_DIGEST_LEN);
+		memcpy(VARDATA(fp), r->fingerprint, IDEMPO_DIGEST_LEN);
+		v[COL_FINGERPRINT] = PointerGetDatum(fp);
+	}
+	else
+		n[COL_FINGERPRINT] = 'n';
+	v[COL_STATUS] = CStringGetTextDatum(idempo_status_names[r->status]);
+	v[COL_ATTEMPT] = Int32GetDatum(r->attempt);
+	set_ptr(v, n, COL_RUN_ID, r->run_id);
+	set_ts(v, n, COL_FIRST_SEEN_AT, r->first_seen_at);
+	set_ts(v, n, COL_LAST_ATTEMPT_AT, r->last_attempt_at);
+	set_ts(v, n, COL_LEASE_EXPIRES_AT, r->lease_expires_at);
+	set_ts(v, n, COL_COMPLETED_AT, r->completed_at);
+	set_ts(v, n, COL_EXPIRES_AT, r->expires_at);
+	set_ts(v, n, COL_SWEEP_AT, r->sweep_at);
+	set_ptr(v, n, COL_RESULT, PointerGetDatum(r->result));
+	set_ptr(v, n, COL_TARGET_REF, r->target_ref);
+	set_ptr(v, n, COL_ERROR, r->error);
+	set_ptr(v, n, COL_PARAMS, PointerGetDatum(r->params));
+}
+
+/* INSERT ... ON CONFLICT DO NOTHING; true if the row was inserted. */
+bool
+op_row_insert(const char *scope, const char *key, const OpRow *r)
+{
+	Datum		values[2 + NUM_OP_COLS];
+	char		nulls[2 + NUM_OP_COLS];
+
+	row_params(scope, key, r, values, nulls);
+	return idempo_spi_execute(PLAN_OP_INSERT, values, nulls, 0) == 1;
+}
+
+/* Overwrites the record of (scope, key), which the caller has locked. */
+void
+op_row_write(const char *scope, const char *key, const OpRow *r)
+{
+	Datum		values[2 + NUM_OP_COLS];
+	char		nulls[2 + NUM_OP_COLS];
+
+	row_params(scope, key, r, values, nulls);
+	if (idempo_spi_execute(PLAN_OP_WRITE, values, nulls, 0) != 1)
+		elog(ERROR, "operation \"%s\" in scope \"%s\" vanished while locked", key, scope);
+}
+
+static Datum
+copy_varlena(Datum d)
+{
+	return d ? PointerGetDatum(PG_DETOAST_DATUM_COPY(d)) : (Datum) 0;
+}
+
+/* Copies the row's values out of SPI's memory into the current context. */
+void
+op_row_copy_out(OpRow *r)
+{
+	r->run_id = copy_varlena(r->run_id);
+	r->result = (Jsonb *) DatumGetPointer(copy_varlena(PointerGetDatum(r->result)));
+	r->target_ref = copy_varlena(r->target_ref);
+	r->error = copy_varlena(r->error);
+	r->params = (Jsonb *) DatumGetPointer(copy_varlena(PointerGetDatum(r->params)));
+}

@@ -1,0 +1,51 @@
+/*-------------------------------------------------------------------------
+ *
+ * op_row.h
+ *	  One row of idempo.operations in C, and the statements that read and
+ *	  write it whole.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPO_OP_ROW_H
+#define IDEMPO_OP_ROW_H
+
+#include "idempo.h"
+
+/*
+ * Timestamps use DT_NOBEGIN (-infinity) for SQL NULL; text columns use
+ * (Datum) 0 and jsonb columns NULL pointers.
+ */
+typedef struct OpRow
+{
+	IdempoStatus status;
+	int32		attempt;
+	bool		has_fingerprint;
+	uint8		fingerprint[IDEMPO_DIGEST_LEN];
+	Datum		run_id;
+	TimestampTz first_seen_at;
+	TimestampTz last_attempt_at;
+	TimestampTz lease_expires_at;
+	TimestampTz completed_at;
+	TimestampTz expires_at;
+	TimestampTz sweep_at;
+	Jsonb	   *result;
+	Datum		target_ref;
+	Datum		error;
+	Jsonb	   *params;
+} OpRow;
+
+typedef enum OpReadMode
+{
+	OP_READ_PLAIN,
+	OP_READ_FOR_UPDATE,
+	OP_READ_SKIP_LOCKED
+} OpReadMode;
+
+extern void op_row_init(OpRow *r);
+extern void op_row_set_run_id(OpRow *r, Datum run_id);
+extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
+extern bool op_row_insert(const char *scope, const char *key, const OpRow *r);
+extern void op_row_write(const char *scope, const char *key, const OpRow *r);
+extern void op_row_copy_out(OpRow *r);
+
+#endif							/* IDEMPO_OP_ROW_H */

@@ -1,0 +1,206 @@
+/*-------------------------------------------------------------------------
+ *
+ * plans.c
+ *	  Every SQL statement idempo runs, prepared once per backend and kept.
+ *
+ * Statements are written against the schema-qualified tables with
+ * OPERATOR(pg_catalog.x), so the caller's search_path cannot change what
+ * they mean.  Status and outcome parameters are passed as text and cast in
+ * the statement: argument types are then all built-in, and the plan cache
+ * can re-analyse a kept plan by itself after DROP/CREATE EXTENSION.
+ *
+ * idempo_spi_begin/end switch to the extension owner around SPI, as
+ * ri_triggers.c does for foreign keys: callers need EXECUTE on the
+ * functions, not rights on the tables, and the state machine cannot be
+ * bypassed with a plain UPDATE.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+
+/* Columns of an operation as read and written by the claim path (see OpCol in claim.c). */
+#define OP_COLUMNS \
+	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
+	"completed_at, expires_at, sweep_at, result, target_ref, error, params"
+#define OP_BY_KEY \
+	" FROM idempo.operations WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+
+typedef struct PlanDef
+{
+	const char *sql;
+	/* one letter per parameter: t text, b bytea, i int4, T timestamptz, j jsonb, B bool */
+	const char *args;
+} PlanDef;
+
+static const PlanDef plan_defs[NUM_PLANS] = {
+	[PLAN_SCOPE_GET] = {
+		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
+		"require_fingerprint, hash_keys, store_params, audit, "
+		"allowed_role::pg_catalog.text, owner, enabled "
+		"FROM idempo.scopes WHERE name OPERATOR(pg_catalog.=) $1",
+		"t"
+	},
+	[PLAN_OP_INSERT] = {
+		"INSERT INTO idempo.operations (scope, key, " OP_COLUMNS ") "
+		"VALUES ($1, $2, $3, $4::idempo.status, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) "
+		"ON CONFLICT (scope, key) DO NOTHING",
+		"ttbtitTTTTTTjttj"
+	},
+	[PLAN_OP_SELECT_FOR_UPDATE] = {
+		"SELECT " OP_COLUMNS OP_BY_KEY " FOR UPDATE",
+		"tt"
+	},
+	[PLAN_OP_SELECT_SKIP_LOCKED] = {
+		"SELECT " OP_COLUMNS OP_BY_KEY " FOR UPDATE SKIP LOCKED",
+		"tt"
+	},
+	[PLAN_OP_SELECT] = {
+		"SELECT " OP_COLUMNS OP_BY_KEY,
+		"tt"
+	},
+	[PLAN_OP_WRITE] = {
+		"UPDATE idempo.operations SET fingerprint = $3, status = $4::idempo.status, attempt = $5, "
+		"run_id = $6, first_seen_at = $7, last_attempt_at = $8, lease_expires_at = $9, "
+		"completed_at = $10, expires_at = $11, sweep_at = $12, result = $13, target_ref = $14, "
+		"error = $15, params = $16 "
+		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
+		"ttbtitTTTTTTjttj"
+	},
+
+	/*
+	 * complete/fail in one statement, fenced by attempt.  It changes no indexed
+	 * column (sweep_at stays as it is: early is allowed), so it can be HOT.
+	 * $9 admits a row this transaction already made 'succeeded' with
+	 * complete_on_commit.
+	 */
+	[PLAN_OP_FINISH] = {
+		"UPDATE idempo.operations SET status = $4::idempo.status, result = $5, target_ref = $6, "
+		"error = $7, completed_at = $8, expires_at = $9, lease_expires_at = NULL "
+		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 "
+		"AND attempt OPERATOR(pg_catalog.=) $3 "
+		"AND (status OPERATOR(pg_catalog.=) 'in_progress'::idempo.status "
+		"  OR status OPERATOR(pg_catalog.=) 'unknown'::idempo.status "
+		"  OR ($10 AND status OPERATOR(pg_catalog.=) 'succeeded'::idempo.status))",
+		"ttitjttTTB"
+	},
+	[PLAN_OP_LOOKUP] = {
+		"SELECT o FROM idempo.operations o "
+		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2",
+		"tt"
+	},
+	[PLAN_REVIEW_OPEN] = {
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, note) "
+		"SELECT o.scope, o.key, $3, $4, pg_catalog.to_jsonb(o.*), $5 FROM idempo.operations o "
+		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2 "
+		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id",
+		"tttTt"
+	},
+	[PLAN_REVIEW_FIND_OPEN] = {
+		"SELECT id FROM idempo.reviews WHERE scope OPERATOR(pg_catalog.=) $1 "
+		"AND key OPERATOR(pg_catalog.=) $2 AND resolved_at IS NULL",
+		"tt"
+	},
+	[PLAN_EVENT_LOG] = {
+		"INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, "
+		"outcome, action, actor) VALUES ($1, $2, $3, $4, $5, $6::idempo.status, "
+		"$7::idempo.status, $8::idempo.outcome, $9, $10)",
+		"Ttttittttt"
+	},
+	[PLAN_CONFLICT_RECORD] = {
+		"INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint, "
+		"stored_params, incoming_params, run_id, first_detected_at, last_detected_at) "
+		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) "
+		"ON CONFLICT (scope, key, incoming_fingerprint) WHERE resolved_at IS NULL DO UPDATE SET "
+		"last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at), "
+		"occurrences = c.occurrences OPERATOR(pg_catalog.+) 1, run_id = excluded.run_id "
+		"RETURNING id",
+		"ttbbjjtT"
+	},
+};
+
+static SPIPlanPtr plans[NUM_PLANS];
+
+static Oid
+plan_arg_type(char c)
+{
+	switch (c)
+	{
+		case 't':
+			return TEXTOID;
+		case 'b':
+			return BYTEAOID;
+		case 'i':
+			return INT4OID;
+		case 'T':
+			return TIMESTAMPTZOID;
+		case 'j':
+			return JSONBOID;
+		case 'B':
+			return BOOLOID;
+	}
+	elog(ERROR, "unrecognized plan argument type '%c'", c);
+	pg_unreachable();
+}
+
+/* The kept plan for a statement; prepares it on first use.  Call inside SPI. */
+SPIPlanPtr
+idempo_plan(IdempoPlanId id)
+{
+	const PlanDef *def = &plan_defs[id];
+	Oid			argtypes[FUNC_MAX_ARGS];
+	int			nargs = strlen(def->args);
+	SPIPlanPtr	plan;
+	int			i;
+
+	if (likely(plans[id] != NULL))
+		return plans[id];
+
+	for (i = 0; i < nargs; i++)
+		argtypes[i] = plan_arg_type(def->args[i]);
+	plan = SPI_prepare(def->sql, nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", def->sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	plans[id] = plan;
+	return plan;
+}
+
+/* Runs one kept statement; returns SPI_processed. */
+int
+idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
+{
+	int			rc;
+
+	rc = SPI_execute_plan(idempo_plan(id), values, nulls, false, tcount);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", plan_defs[id].sql,
+			 SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}
+
+/* Connects SPI and becomes the owner of idempo's tables. */
+void
+idempo_spi_begin(IdempoSpiSession *session)
+{
+	Oid			owner = idempo_catalog()->owner;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
+	SetUserIdAndSecContext(owner, session->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
+}
+
+/* Back to the caller's identity; disconnects SPI. */
+void
+idempo_spi_end(IdempoSpiSession *session)
+{
+	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+}

@@ -1,0 +1,178 @@
+/*-------------------------------------------------------------------------
+ *
+ * scope_cache.c
+ *	  The rows of idempo.scopes, cached per backend.
+ *
+ * Every claim needs its scope's policy.  Reading idempo.scopes each time
+ * would add a statement to every call, so each backend keeps the scopes it
+ * used in a hash table.  A statement trigger on idempo.scopes sends a
+ * relcache invalidation for the table on commit (and locally at once), and
+ * catalog.c's callback then marks this cache stale; it is emptied at the
+ * next lookup.  This is the same mechanism PostgreSQL uses to keep its own
+ * relcache coherent, so a committed alter_scope() is seen by the next claim
+ * in every session.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+
+PG_FUNCTION_INFO_V1(idempo_scopes_changed);
+
+static HTAB *scope_cache = NULL;
+static MemoryContext scope_cache_cxt = NULL;
+static bool scope_cache_stale = false;
+
+/* Called from the invalidation callback: only flag, free later. */
+void
+idempo_scope_cache_reset(void)
+{
+	scope_cache_stale = true;
+}
+
+static void
+scope_cache_init(void)
+{
+	HASHCTL		ctl;
+
+	if (scope_cache_cxt == NULL)
+		scope_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "idempo scope cache",
+												ALLOCSET_SMALL_SIZES);
+	else
+		MemoryContextReset(scope_cache_cxt);
+
+	ctl.keysize = IDEMPO_MAX_SCOPE_BYTES + 1;
+	ctl.entrysize = sizeof(IdempoScope);
+	ctl.hcxt = scope_cache_cxt;
+	scope_cache = hash_create("idempo scopes", 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	scope_cache_stale = false;
+}
+
+/* Reads one scope from idempo.scopes into *entry; false if there is none. */
+static bool
+scope_load(const char *name, IdempoScope *entry)
+{
+	Datum		arg = CStringGetTextDatum(name);
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	Datum		d;
+	bool		isnull;
+	char	   *role;
+
+	if (idempo_spi_execute(PLAN_SCOPE_GET, &arg, NULL, 1) == 0)
+		return false;
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	entry->retention_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 1, &isnull)));
+	entry->lease_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 2, &isnull)));
+	entry->retry_on_lease_expiry = strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull)), "retry") == 0;
+	entry->verify_settle_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 4, &isnull)));
+	d = SPI_getbinval(tuple, desc, 5, &isnull);
+	entry->max_attempts = isnull ? 0 : DatumGetInt32(d);
+	entry->require_fingerprint = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
+	entry->hash_keys = DatumGetBool(SPI_getbinval(tuple, desc, 7, &isnull));
+	entry->store_params = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
+	entry->audit = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
+	role = SPI_getvalue(tuple, desc, 10);
+	entry->allowed_role_name = role ? MemoryContextStrdup(scope_cache_cxt, role) : NULL;
+	entry->allowed_role = role ? get_role_oid(role, true) : InvalidOid;
+	d = SPI_getbinval(tuple, desc, 11, &isnull);
+	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
+	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
+	return true;
+}
+
+/*
+ * The policy of a scope, from the cache or idempo.scopes.  Call inside an
+ * idempo SPI session.  The result stays valid until the next call.
+ */
+const IdempoScope *
+idempo_scope_get(const char *name)
+{
+	IdempoScope *entry;
+	bool		found;
+
+	(void) idempo_catalog();	/* the cache is only valid with the catalog */
+	if (scope_cache == NULL || scope_cache_stale)
+		scope_cache_init();
+
+	entry = hash_search(scope_cache, name, HASH_FIND, NULL);
+	if (likely(entry != NULL))
+		return entry;
+
+	{
+		IdempoScope loaded;
+
+		memset(&loaded, 0, sizeof(loaded));
+		if (!scope_load(name, &loaded))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("scope \"%s\" does not exist", name),
+					 errhint("Create it first: SELECT idempo.create_scope('%s', retention => '24 hours');",
+							 name)));
+		strlcpy(loaded.name, name, sizeof(loaded.name));
+		entry = hash_search(scope_cache, name, HASH_ENTER, &found);
+		*entry = loaded;
+	}
+	return entry;
+}
+
+/*
+ * Refuses use of a disabled scope, or by a role outside allowed_role.
+ * user is the caller's identity (not the owner we run SPI as).
+ */
+void
+idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
+{
+	if (!scope->enabled)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("scope \"%s\" is disabled (key \"%s\"); its owner is %s",
+						scope->name, key, scope->owner ? scope->owner : "not recorded"),
+				 errhint("An old copy of a flow may still be running. Ask the scope's owner before enabling it again with idempo.enable_scope('%s').",
+						 scope->name)));
+
+	if (scope->allowed_role_name != NULL)
+	{
+		if (!OidIsValid(scope->allowed_role))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("allowed_role \"%s\" of scope \"%s\" does not exist",
+							scope->allowed_role_name, scope->name),
+					 errhint("Recreate the role or change the scope with idempo.alter_scope('%s', allowed_role => ...).",
+							 scope->name)));
+		if (!is_member_of_role(user, scope->allowed_role))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("role \"%s\" may not use scope \"%s\" (key \"%s\")",
+							GetUserNameFromId(user, false), scope->name, key),
+					 errhint("Only members of role \"%s\" may claim, complete, fail or verify in this scope.",
+							 scope->allowed_role_name)));
+	}
+}
+
+/*
+ * Trigger on idempo.scopes: make every backend (this one at once, the others
+ * at commit) forget its cached scopes.
+ */
+Datum
+idempo_scopes_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idempo.scopes_changed() must be called as a trigger")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	PG_RETURN_POINTER(NULL);
+}

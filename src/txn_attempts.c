@@ -1,0 +1,169 @@
+/*-------------------------------------------------------------------------
+ *
+ * txn_attempts.c
+ *	  The attempts this transaction acquired, so that complete() and fail()
+ *	  with attempt => NULL know which attempt they finish.
+ *
+ * A claim that answers 'acquired' remembers (scope, key) -> attempt here.
+ * The memory lives in TopTransactionContext and is forgotten at the end of
+ * the transaction; a rolled-back subtransaction forgets what it acquired,
+ * because its claim did not happen either.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+typedef struct TxnAttempt
+{
+	struct TxnAttempt *next;	/* others with the same hash */
+	SubTransactionId subid;
+	int32		attempt;
+	bool		on_commit;
+	char	   *scope;
+	char	   *key;
+} TxnAttempt;
+
+typedef struct TxnAttemptBucket
+{
+	uint64		hash;			/* hash key */
+	TxnAttempt *first;
+} TxnAttemptBucket;
+
+static HTAB *txn_attempts = NULL;
+
+static uint64
+scope_key_hash(const char *scope, const char *key)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) scope, strlen(scope), 0);
+
+	return hash_bytes_extended((const unsigned char *) key, strlen(key), h);
+}
+
+static TxnAttempt *
+find(const char *scope, const char *key, TxnAttemptBucket **bucket_out, bool create)
+{
+	uint64		h = scope_key_hash(scope, key);
+	TxnAttemptBucket *bucket;
+	TxnAttempt *a;
+	bool		found;
+
+	if (txn_attempts == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!create)
+			return NULL;
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(TxnAttemptBucket);
+		ctl.hcxt = TopTransactionContext;
+		txn_attempts = hash_create("idempo attempts of this transaction", 16, &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	bucket = hash_search(txn_attempts, &h, create ? HASH_ENTER : HASH_FIND, &found);
+	if (bucket == NULL)
+		return NULL;
+	if (!found)
+		bucket->first = NULL;
+	if (bucket_out)
+		*bucket_out = bucket;
+	for (a = bucket->first; a != NULL; a = a->next)
+		if (strcmp(a->scope, scope) == 0 && strcmp(a->key, key) == 0)
+			return a;
+	return NULL;
+}
+
+void
+idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_commit)
+{
+	TxnAttemptBucket *bucket = NULL;
+	TxnAttempt *a = find(scope, key, &bucket, true);
+
+	if (a == NULL)
+	{
+		a = MemoryContextAlloc(TopTransactionContext, sizeof(TxnAttempt));
+		a->scope = MemoryContextStrdup(TopTransactionContext, scope);
+		a->key = MemoryContextStrdup(TopTransactionContext, key);
+		a->next = bucket->first;
+		bucket->first = a;
+	}
+	a->subid = GetCurrentSubTransactionId();
+	a->attempt = attempt;
+	a->on_commit = on_commit;
+}
+
+bool
+idempo_txn_lookup(const char *scope, const char *key, int32 *attempt, bool *on_commit)
+{
+	TxnAttempt *a = find(scope, key, NULL, false);
+
+	if (a == NULL)
+		return false;
+	*attempt = a->attempt;
+	*on_commit = a->on_commit;
+	return true;
+}
+
+static void
+txn_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* the memory goes with TopTransactionContext */
+			txn_attempts = NULL;
+			break;
+		default:
+			break;
+	}
+}
+
+/* Subtransaction end: forget what an aborted one acquired, hand the rest up. */
+static void
+subtxn_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid,
+				void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	TxnAttemptBucket *bucket;
+
+	if (txn_attempts == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+
+	hash_seq_init(&seq, txn_attempts);
+	while ((bucket = hash_seq_search(&seq)) != NULL)
+	{
+		TxnAttempt **link = &bucket->first;
+
+		while (*link != NULL)
+		{
+			TxnAttempt *a = *link;
+
+			if (a->subid == mySubid)
+			{
+				if (event == SUBXACT_EVENT_ABORT_SUB)
+				{
+					*link = a->next;
+					continue;
+				}
+				a->subid = parentSubid;
+			}
+			link = &a->next;
+		}
+	}
+}
+
+void
+idempo_txn_register_callbacks(void)
+{
+	RegisterXactCallback(txn_callback, NULL);
+	RegisterSubXactCallback(subtxn_callback, NULL);
+}

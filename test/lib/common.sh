@@ -1,0 +1,78 @@
+# Shared by the project's commands (test/run, test/demo/run, test/bench/run):
+# install what is missing, build and install idempo, run throwaway clusters.
+# Source it; it defines functions only (and ROOT, PGBIN).
+
+PG_MAJOR=15
+PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+# Installs the Debian packages that are not installed yet.
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root to install them"
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null || die "apt-get update failed"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install failed"
+}
+
+CORE_PACKAGES=(make gcc libc6-dev postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR)
+
+# Builds idempo and installs it into the server's directories.
+build_and_install() {
+  local out
+  out=$(make -C "$ROOT" PG_CONFIG="$PGBIN/pg_config" 2>&1) || { printf '%s\n' "$out" >&2; die "build failed"; }
+  out=$(make -C "$ROOT" PG_CONFIG="$PGBIN/pg_config" install 2>&1) || { printf '%s\n' "$out" >&2; die "install failed"; }
+}
+
+# The user that owns test clusters: initdb refuses root.
+if [ "$(id -u)" -eq 0 ]; then PG_USER=postgres; else PG_USER=$(id -un); fi
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u "$PG_USER" -- "$@"; else "$@"; fi
+}
+
+# A fresh directory that the cluster user owns (the clone may be unreadable to it).
+new_workdir() {
+  local d
+  d=$(mktemp -d "${TMPDIR:-/tmp}/idempo-$1.XXXXXX") || die "mktemp failed"
+  chmod 755 "$d"
+  [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$d"
+  printf '%s\n' "$d"
+}
+
+# start_cluster DIR PORT [extra postgresql.conf lines...]: initdb + start, on a socket in DIR only.
+start_cluster() {
+  local dir=$1 port=$2; shift 2
+  as_pg "$PGBIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
+  {
+    echo "listen_addresses = ''"
+    echo "unix_socket_directories = '$dir'"
+    echo "port = $port"
+    echo "shared_preload_libraries = 'idempo'"
+    echo "max_worker_processes = 32"
+    echo "log_line_prefix = '%m [%p] %q%a '"
+    printf '%s\n' "$@"
+  } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
+    || { cat "$dir/server.log" >&2; die "server did not start"; }
+}
+
+stop_cluster() {
+  [ -f "$1/data/postmaster.pid" ] && as_pg "$PGBIN/pg_ctl" -D "$1/data" -m fast -w stop >/dev/null 2>&1
+  return 0
+}
+
+# psql against a cluster started by start_cluster: cpsql DIR PORT [psql args...]
+cpsql() {
+  local dir=$1 port=$2; shift 2
+  as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
+}
