@@ -22,3 +22,8 @@ PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 EXTRA_CLEAN  = results
+
+# The regression and isolation suites with every server process under Valgrind memcheck.
+.PHONY: valgrind-check
+valgrind-check:
+	test/valgrind/run
