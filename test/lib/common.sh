@@ -51,7 +51,7 @@ new_workdir() {
 # start_cluster DIR PORT [extra postgresql.conf lines...]: initdb + start, on a socket in DIR only.
 start_cluster() {
   local dir=$1 port=$2; shift 2
-  as_pg "$PGBIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1 \
+  (cd "$dir" && as_pg "$PGBIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1) \
     || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
   {
     echo "listen_addresses = ''"
@@ -62,17 +62,17 @@ start_cluster() {
     echo "log_line_prefix = '%m [%p] %q%a '"
     printf '%s\n' "$@"
   } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
-  as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
+  (cd "$dir" && as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null) \
     || { cat "$dir/server.log" >&2; die "server did not start"; }
 }
 
 stop_cluster() {
-  [ -f "$1/data/postmaster.pid" ] && as_pg "$PGBIN/pg_ctl" -D "$1/data" -m fast -w stop >/dev/null 2>&1
+  [ -f "$1/data/postmaster.pid" ] && (cd "$1" && as_pg "$PGBIN/pg_ctl" -D "$1/data" -m fast -w stop >/dev/null 2>&1)
   return 0
 }
 
 # psql against a cluster started by start_cluster: cpsql DIR PORT [psql args...]
 cpsql() {
   local dir=$1 port=$2; shift 2
-  as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
+  (cd "$dir" && as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@")
 }
