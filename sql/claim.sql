@@ -90,7 +90,7 @@ SELECT pg_temp.err($$SELECT idempo.complete('ship.retry', 'order-5', 1)$$);
 SET idempo.clock_offset = '12min';
 -- max_attempts (2) used: review instead of a third attempt
 SELECT outcome, status, attempt, review_id IS NOT NULL AS has_review FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
-SELECT scope, key, reason, operation->>'status' AS status_at_entry, operation->>'attempt' AS attempt_at_entry, note
+SELECT scope, key, reason, operation->>'status' AS status_at_entry, operation->>'attempt' AS attempt_at_entry, detail
 FROM idempo.reviews WHERE key = 'order-5';
 SELECT outcome, status FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
 RESET idempo.clock_offset;
@@ -101,7 +101,7 @@ SELECT idempo.fail('ship.retry', 'order-6', 1, 'e1');
 SELECT outcome, attempt FROM idempo.claim('ship.retry', 'order-6');
 SELECT idempo.fail('ship.retry', 'order-6', 2, 'e2');
 SELECT outcome, status, attempt FROM idempo.claim('ship.retry', 'order-6');
-SELECT reason, note FROM idempo.reviews WHERE key = 'order-6';
+SELECT reason, detail FROM idempo.reviews WHERE key = 'order-6';
 
 -- retention: unfinished work past first_seen_at + retention goes to review, never retried
 SELECT outcome FROM idempo.claim('ship', 'order-7', '{"x":1}');
@@ -118,7 +118,7 @@ RESET idempo.clock_offset;
 SELECT outcome, status, attempt, review_id IS NOT NULL AS has_review
 FROM idempo.claim('ship', 'order-8', '{"x":1}', intent_at => now() - interval '3 days');
 SELECT * FROM pg_temp.op('ship', 'order-8');
-SELECT reason, note LIKE 'intent_at % is older than the scope''s retention%' AS note_ok FROM idempo.reviews WHERE key = 'order-8';
+SELECT reason, detail LIKE 'intent_at % is older than the scope''s retention%' AS detail_ok FROM idempo.reviews WHERE key = 'order-8';
 SELECT outcome FROM idempo.claim('ship', 'order-8', '{"x":1}', intent_at => now() - interval '3 days');
 -- a recent intent_at is fine, and an old one does not matter when the record exists
 SELECT outcome FROM idempo.claim('ship', 'order-9', intent_at => now() - interval '1 hour');

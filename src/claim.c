@@ -184,47 +184,47 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 	OpRow	   *r = &ans->row;
 	bool		changed = false;
 	bool		lease_over_retry = false;
+	TimestampTz next_due;
 
 	ans->from_status = r->status;
 
 	/* 1. expiry */
-	if (idempo_status_finished(r->status) && r->expires_at <= a->now)
+	switch (op_expiry(r, s, a->now, &next_due))
 	{
-		/* counts as absent: the key starts afresh */
-		bool		stale = intent_is_stale(a);
+		case EXPIRY_ABSENT:
+			{
+				/* the key starts afresh */
+				bool		stale = intent_is_stale(a);
 
-		row_new(r, a, stale);
-		ans->from_status = -1;
-		op_row_write(a->scope->name, a->key, r);
-		if (stale)
-		{
-			ans->review_id = idempo_open_review(s->name, a->key, "stale_retry", stale_note(a), a->now);
-			ans->outcome = OUTCOME_STALE;
-		}
-		else
-		{
-			ans->outcome = OUTCOME_ACQUIRED;
-			idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
-		}
-		return;
-	}
-	if (idempo_status_unfinished(r->status) &&
-		idempo_time_add(r->first_seen_at, s->retention_us) <= a->now)
-	{
-		to_review(ans, a, "retention_expired", NULL);
-		changed = true;
-	}
-	else if (r->status == STATUS_IN_PROGRESS && r->lease_expires_at <= a->now)
-	{
-		if (s->retry_on_lease_expiry)
-			lease_over_retry = true;
-		else
-		{
-			r->status = STATUS_UNKNOWN;
-			r->lease_expires_at = DT_NOBEGIN;
-			r->sweep_at = idempo_time_add(r->first_seen_at, s->retention_us);
+				row_new(r, a, stale);
+				ans->from_status = -1;
+				op_row_write(s->name, a->key, r);
+				if (stale)
+				{
+					ans->review_id = idempo_open_review(s->name, a->key, "stale_retry",
+														stale_note(a), a->now);
+					ans->outcome = OUTCOME_STALE;
+				}
+				else
+				{
+					ans->outcome = OUTCOME_ACQUIRED;
+					idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
+				}
+				return;
+			}
+		case EXPIRY_REVIEW:
+			to_review(ans, a, "retention_expired", NULL);
 			changed = true;
-		}
+			break;
+		case EXPIRY_LEASE_UNKNOWN:
+			op_row_make_unknown(r, s);
+			changed = true;
+			break;
+		case EXPIRY_LEASE_RETRY:
+			lease_over_retry = true;
+			break;
+		case EXPIRY_NONE:
+			break;
 	}
 
 	/* 2. the fingerprint */
@@ -243,10 +243,10 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 	/* 3. the status */
 	if (lease_over_retry || r->status == STATUS_RETRYABLE)
 	{
-		if (s->max_attempts > 0 && r->attempt >= s->max_attempts)
+		if (s->max_attempts > 0 && r->attempt - r->attempt_base >= s->max_attempts)
 		{
 			to_review(ans, a, "attempts_exhausted",
-					  psprintf("%d of %d attempts used", r->attempt, s->max_attempts));
+					  psprintf("%d of %d attempts used", r->attempt - r->attempt_base, s->max_attempts));
 			op_row_write(s->name, a->key, r);
 			ans->outcome = OUTCOME_IN_REVIEW;
 			return;

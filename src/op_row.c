@@ -28,6 +28,7 @@ enum OpCol
 	COL_TARGET_REF,
 	COL_ERROR,
 	COL_PARAMS,
+	COL_ATTEMPT_BASE,
 	NUM_OP_COLS
 };
 
@@ -114,6 +115,7 @@ op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
 	r->error = get_varlena(tuple, desc, COL_ERROR);
 	d = get_varlena(tuple, desc, COL_PARAMS);
 	r->params = d ? DatumGetJsonbP(d) : NULL;
+	r->attempt_base = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT_BASE + 1, &isnull));
 	return true;
 }
 
@@ -131,7 +133,7 @@ set_ptr(Datum *values, char *nulls, int i, Datum d)
 	nulls[i] = d ? ' ' : 'n';
 }
 
-/* The parameters $1..$16 of PLAN_OP_INSERT and PLAN_OP_WRITE. */
+/* The parameters $1..$17 of PLAN_OP_INSERT and PLAN_OP_WRITE. */
 static void
 row_params(const char *scope, const char *key, const OpRow *r, Datum *values, char *nulls)
 {
@@ -164,6 +166,7 @@ row_params(const char *scope, const char *key, const OpRow *r, Datum *values, ch
 	set_ptr(v, n, COL_TARGET_REF, r->target_ref);
 	set_ptr(v, n, COL_ERROR, r->error);
 	set_ptr(v, n, COL_PARAMS, PointerGetDatum(r->params));
+	v[COL_ATTEMPT_BASE] = Int32GetDatum(r->attempt_base);
 }
 
 /* INSERT ... ON CONFLICT DO NOTHING; true if the row was inserted. */

@@ -32,6 +32,7 @@ typedef struct OpRow
 	Datum		target_ref;
 	Datum		error;
 	Jsonb	   *params;
+	int32		attempt_base;
 } OpRow;
 
 typedef enum OpReadMode
@@ -47,5 +48,20 @@ extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r);
 extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
+
+/* expiry.c */
+typedef enum OpExpiry
+{
+	EXPIRY_NONE,				/* nothing due yet */
+	EXPIRY_ABSENT,				/* finished, past expires_at: counts as absent */
+	EXPIRY_REVIEW,				/* unfinished, past first_seen_at + retention */
+	EXPIRY_LEASE_UNKNOWN,		/* in_progress, lease over: becomes unknown */
+	EXPIRY_LEASE_RETRY			/* in_progress, lease over, 'retry' scope */
+} OpExpiry;
+
+extern TimestampTz op_review_at(const OpRow *r, const IdempoScope *s);
+extern OpExpiry op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now,
+						  TimestampTz *next_due);
+extern void op_row_make_unknown(OpRow *r, const IdempoScope *s);
 
 #endif							/* IDEMPO_OP_ROW_H */

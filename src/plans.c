@@ -24,7 +24,7 @@
 /* Columns of an operation as read and written by the claim path (see OpCol in claim.c). */
 #define OP_COLUMNS \
 	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
-	"completed_at, expires_at, sweep_at, result, target_ref, error, params"
+	"completed_at, expires_at, sweep_at, result, target_ref, error, params, attempt_base"
 #define OP_BY_KEY \
 	" FROM idempo.operations WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 
@@ -45,9 +45,9 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 	[PLAN_OP_INSERT] = {
 		"INSERT INTO idempo.operations (scope, key, " OP_COLUMNS ") "
-		"VALUES ($1, $2, $3, $4::idempo.status, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) "
+		"VALUES ($1, $2, $3, $4::idempo.status, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) "
 		"ON CONFLICT (scope, key) DO NOTHING",
-		"ttbtitTTTTTTjttj"
+		"ttbtitTTTTTTjttji"
 	},
 	[PLAN_OP_SELECT_FOR_UPDATE] = {
 		"SELECT " OP_COLUMNS OP_BY_KEY " FOR UPDATE",
@@ -65,9 +65,9 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"UPDATE idempo.operations SET fingerprint = $3, status = $4::idempo.status, attempt = $5, "
 		"run_id = $6, first_seen_at = $7, last_attempt_at = $8, lease_expires_at = $9, "
 		"completed_at = $10, expires_at = $11, sweep_at = $12, result = $13, target_ref = $14, "
-		"error = $15, params = $16 "
+		"error = $15, params = $16, attempt_base = $17 "
 		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
-		"ttbtitTTTTTTjttj"
+		"ttbtitTTTTTTjttji"
 	},
 
 	/*
@@ -92,7 +92,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"tt"
 	},
 	[PLAN_REVIEW_OPEN] = {
-		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, note) "
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
 		"SELECT o.scope, o.key, $3, $4, pg_catalog.to_jsonb(o.*), $5 FROM idempo.operations o "
 		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2 "
 		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id",

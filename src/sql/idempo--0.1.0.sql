@@ -86,11 +86,16 @@ CREATE TABLE idempo.operations (
     target_ref       text,
     error            text,
     params           jsonb,
+    attempt_base     integer       NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, key)
 ) WITH (fillfactor = 90);
 CREATE INDEX operations_sweep_at_idx ON idempo.operations (sweep_at)
     WHERE sweep_at IS NOT NULL;
 COMMENT ON TABLE idempo.operations IS 'The processing record of every business action, by scope and key.';
+COMMENT ON COLUMN idempo.operations.sweep_at IS
+    'Earliest time the sweep has work on this row (never later than that; NULL: in review).';
+COMMENT ON COLUMN idempo.operations.attempt_base IS
+    'Attempts up to this one do not count against max_attempts (a reviewer granted new ones).';
 
 CREATE SEQUENCE idempo.conflicts_id_seq;
 CREATE TABLE idempo.conflicts (
@@ -125,6 +130,7 @@ CREATE TABLE idempo.reviews (
     reason      text        NOT NULL,
     opened_at   timestamptz NOT NULL,
     operation   jsonb,
+    detail      text,
     resolved_at timestamptz,
     resolved_by text,
     resolution  text,

@@ -1,0 +1,64 @@
+/*-------------------------------------------------------------------------
+ *
+ * expiry.c
+ *	  What time has done to an operation: the rules shared by claim (at read
+ *	  time) and sweep (in the background), so that both always agree.
+ *
+ * In the order the spec applies them:
+ *	 1. a finished record past expires_at counts as absent (sweep: purge);
+ *	 2. unfinished work whose first_seen_at + retention has passed goes to
+ *		review, whatever its lease;
+ *	 3. an in_progress attempt whose lease ran out becomes unknown, or in
+ *		'retry' scopes may be acquired again.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "op_row.h"
+
+/* When unfinished work of this record goes to review. */
+TimestampTz
+op_review_at(const OpRow *r, const IdempoScope *s)
+{
+	return idempo_time_add(r->first_seen_at, s->retention_us);
+}
+
+/*
+ * What is due on the record at "now".  *next_due is set to the earliest
+ * time something will be due (DT_NOBEGIN: never, the record is in review).
+ */
+OpExpiry
+op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now, TimestampTz *next_due)
+{
+	TimestampTz review_at = op_review_at(r, s);
+
+	*next_due = DT_NOBEGIN;
+	if (idempo_status_finished(r->status))
+	{
+		*next_due = r->expires_at;
+		return r->expires_at <= now ? EXPIRY_ABSENT : EXPIRY_NONE;
+	}
+	if (!idempo_status_unfinished(r->status))
+		return EXPIRY_NONE;
+
+	*next_due = review_at;
+	if (review_at <= now)
+		return EXPIRY_REVIEW;
+	if (r->status == STATUS_IN_PROGRESS)
+	{
+		*next_due = Min(r->lease_expires_at, review_at);
+		if (r->lease_expires_at <= now)
+			return s->retry_on_lease_expiry ? EXPIRY_LEASE_RETRY : EXPIRY_LEASE_UNKNOWN;
+	}
+	return EXPIRY_NONE;
+}
+
+/* An in_progress attempt whose lease ran out, made unknown. */
+void
+op_row_make_unknown(OpRow *r, const IdempoScope *s)
+{
+	r->status = STATUS_UNKNOWN;
+	r->lease_expires_at = DT_NOBEGIN;
+	r->sweep_at = op_review_at(r, s);
+}
