@@ -57,7 +57,7 @@ idempo_log_event(const IdempoScope *scope, const char *key, const char *run_id, 
  * If one is already open, returns its id instead.
  */
 int64
-idempo_open_review(const char *scope, const char *key, const char *reason, const char *note,
+idempo_open_review(const char *scope, const char *key, const char *reason, const char *detail,
 				   TimestampTz at)
 {
 	Datum		values[5];
@@ -68,7 +68,7 @@ idempo_open_review(const char *scope, const char *key, const char *reason, const
 	values[1] = CStringGetTextDatum(key);
 	values[2] = CStringGetTextDatum(reason);
 	values[3] = TimestampTzGetDatum(at);
-	values[4] = text_or_null(note, &nulls[4]);
+	values[4] = text_or_null(detail, &nulls[4]);
 	if (idempo_spi_execute(PLAN_REVIEW_OPEN, values, nulls, 0) == 1)
 		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 
@@ -77,4 +77,21 @@ idempo_open_review(const char *scope, const char *key, const char *reason, const
 	elog(ERROR, "could not open a review of operation \"%s\" in scope \"%s\": it does not exist",
 		 key, scope);
 	pg_unreachable();
+}
+
+/* Closes the open review of an operation, if there is one. */
+void
+idempo_close_review(const char *scope, const char *key, const char *reviewer,
+					const char *resolution, const char *note, TimestampTz at)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = CStringGetTextDatum(scope);
+	values[1] = CStringGetTextDatum(key);
+	values[2] = TimestampTzGetDatum(at);
+	values[3] = CStringGetTextDatum(reviewer);
+	values[4] = CStringGetTextDatum(resolution);
+	values[5] = text_or_null(note, &nulls[5]);
+	idempo_spi_execute(PLAN_REVIEW_CLOSE, values, nulls, 0);
 }

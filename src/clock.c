@@ -60,3 +60,12 @@ idempo_interval_usecs(Interval *iv)
 		return (iv->time < 0 || iv->day < 0 || iv->month < 0) ? PG_INT64_MIN : PG_INT64_MAX;
 	return sum;
 }
+
+PG_FUNCTION_INFO_V1(idempo_clock_now);
+
+/* idempo.now(): the time idempo decides with (the clock, shifted by idempo.clock_offset). */
+Datum
+idempo_clock_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(idempo_now());
+}

@@ -126,7 +126,12 @@ typedef enum IdempoPlanId
 	PLAN_OP_LOOKUP,
 	PLAN_REVIEW_OPEN,
 	PLAN_REVIEW_FIND_OPEN,
+	PLAN_REVIEW_CLOSE,
 	PLAN_EVENT_LOG,
+	PLAN_SWEEP_DUE,
+	PLAN_SWEEP_PURGE,
+	PLAN_SWEEP_REVIEW,
+	PLAN_SWEEP_SET,
 	PLAN_CONFLICT_RECORD,
 	NUM_PLANS
 } IdempoPlanId;
@@ -165,6 +170,7 @@ typedef struct IdempoScope
 } IdempoScope;
 
 extern const IdempoScope *idempo_scope_get(const char *name);
+extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_reset(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
 
@@ -194,6 +200,22 @@ extern bool idempo_txn_lookup(const char *scope, const char *key, int32 *attempt
 							  bool *on_commit);
 extern void idempo_txn_register_callbacks(void);
 
+/* ---- sweep.c ---- */
+
+typedef struct IdempoSweepCounts
+{
+	int64		lease_expired;
+	int64		moved_to_review;
+	int64		purged;
+	int64		rows_seen;		/* rows examined, including those only rescheduled */
+} IdempoSweepCounts;
+
+typedef void (*idempo_sweep_tally_fn) (const char *scope, const IdempoSweepCounts *counts,
+									   void *arg);
+
+extern void idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
+							   idempo_sweep_tally_fn tally, void *tally_arg);
+
 /* ---- conflicts.c ---- */
 
 typedef struct IdempoConflict
@@ -216,6 +238,8 @@ extern void idempo_log_event(const IdempoScope *scope, const char *key, const ch
 							 int32 attempt, int from_status, int to_status, int outcome,
 							 const char *action, TimestampTz at, Oid actor);
 extern int64 idempo_open_review(const char *scope, const char *key, const char *reason,
-								const char *note, TimestampTz at);
+								const char *detail, TimestampTz at);
+extern void idempo_close_review(const char *scope, const char *key, const char *reviewer,
+								const char *resolution, const char *note, TimestampTz at);
 
 #endif							/* IDEMPO_H */

@@ -66,30 +66,16 @@ get_varlena(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? (Datum) 0 : d;
 }
 
-/* Reads the record of (scope, key) into *r; false if there is none (or it is locked, SKIP LOCKED). */
-bool
-op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
+/* Fills *r from a tuple whose columns OP_COLUMNS start at first_col (1-based). */
+void
+op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r)
 {
-	static const IdempoPlanId plan_of_mode[] = {
-		[OP_READ_PLAIN] = PLAN_OP_SELECT,
-		[OP_READ_FOR_UPDATE] = PLAN_OP_SELECT_FOR_UPDATE,
-		[OP_READ_SKIP_LOCKED] = PLAN_OP_SELECT_SKIP_LOCKED,
-	};
-	Datum		args[2];
-	HeapTuple	tuple;
-	TupleDesc	desc;
+	int			base = first_col - 1;
 	bool		isnull;
 	Datum		d;
 
-	args[0] = CStringGetTextDatum(scope);
-	args[1] = CStringGetTextDatum(key);
-	if (idempo_spi_execute(plan_of_mode[mode], args, NULL, 1) == 0)
-		return false;
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-
 	op_row_init(r);
-	d = SPI_getbinval(tuple, desc, COL_FINGERPRINT + 1, &isnull);
+	d = SPI_getbinval(tuple, desc, base + COL_FINGERPRINT + 1, &isnull);
 	if (!isnull)
 	{
 		bytea	   *fp = DatumGetByteaPP(d);
@@ -100,22 +86,40 @@ op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
 			memcpy(r->fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		}
 	}
-	r->status = idempo_status_from_datum(SPI_getbinval(tuple, desc, COL_STATUS + 1, &isnull));
-	r->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT + 1, &isnull));
-	r->run_id = get_varlena(tuple, desc, COL_RUN_ID);
-	r->first_seen_at = get_ts(tuple, desc, COL_FIRST_SEEN_AT);
-	r->last_attempt_at = get_ts(tuple, desc, COL_LAST_ATTEMPT_AT);
-	r->lease_expires_at = get_ts(tuple, desc, COL_LEASE_EXPIRES_AT);
-	r->completed_at = get_ts(tuple, desc, COL_COMPLETED_AT);
-	r->expires_at = get_ts(tuple, desc, COL_EXPIRES_AT);
-	r->sweep_at = get_ts(tuple, desc, COL_SWEEP_AT);
-	d = get_varlena(tuple, desc, COL_RESULT);
+	r->status = idempo_status_from_datum(SPI_getbinval(tuple, desc, base + COL_STATUS + 1, &isnull));
+	r->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, base + COL_ATTEMPT + 1, &isnull));
+	r->run_id = get_varlena(tuple, desc, base + COL_RUN_ID);
+	r->first_seen_at = get_ts(tuple, desc, base + COL_FIRST_SEEN_AT);
+	r->last_attempt_at = get_ts(tuple, desc, base + COL_LAST_ATTEMPT_AT);
+	r->lease_expires_at = get_ts(tuple, desc, base + COL_LEASE_EXPIRES_AT);
+	r->completed_at = get_ts(tuple, desc, base + COL_COMPLETED_AT);
+	r->expires_at = get_ts(tuple, desc, base + COL_EXPIRES_AT);
+	r->sweep_at = get_ts(tuple, desc, base + COL_SWEEP_AT);
+	d = get_varlena(tuple, desc, base + COL_RESULT);
 	r->result = d ? DatumGetJsonbP(d) : NULL;
-	r->target_ref = get_varlena(tuple, desc, COL_TARGET_REF);
-	r->error = get_varlena(tuple, desc, COL_ERROR);
-	d = get_varlena(tuple, desc, COL_PARAMS);
+	r->target_ref = get_varlena(tuple, desc, base + COL_TARGET_REF);
+	r->error = get_varlena(tuple, desc, base + COL_ERROR);
+	d = get_varlena(tuple, desc, base + COL_PARAMS);
 	r->params = d ? DatumGetJsonbP(d) : NULL;
-	r->attempt_base = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT_BASE + 1, &isnull));
+	r->attempt_base = DatumGetInt32(SPI_getbinval(tuple, desc, base + COL_ATTEMPT_BASE + 1, &isnull));
+}
+
+/* Reads the record of (scope, key) into *r; false if there is none (or it is locked, SKIP LOCKED). */
+bool
+op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
+{
+	static const IdempoPlanId plan_of_mode[] = {
+		[OP_READ_PLAIN] = PLAN_OP_SELECT,
+		[OP_READ_FOR_UPDATE] = PLAN_OP_SELECT_FOR_UPDATE,
+		[OP_READ_SKIP_LOCKED] = PLAN_OP_SELECT_SKIP_LOCKED,
+	};
+	Datum		args[2];
+
+	args[0] = CStringGetTextDatum(scope);
+	args[1] = CStringGetTextDatum(key);
+	if (idempo_spi_execute(plan_of_mode[mode], args, NULL, 1) == 0)
+		return false;
+	op_row_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, r);
 	return true;
 }
 

@@ -31,7 +31,10 @@
 typedef struct PlanDef
 {
 	const char *sql;
-	/* one letter per parameter: t text, b bytea, i int4, T timestamptz, j jsonb, B bool */
+	/*
+	 * one letter per parameter: t text, b bytea, i int4, T timestamptz, j jsonb, B bool,
+	 * and arrays: a text[], z timestamptz[], o bool[]
+	 */
 	const char *args;
 } PlanDef;
 
@@ -103,11 +106,49 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"AND key OPERATOR(pg_catalog.=) $2 AND resolved_at IS NULL",
 		"tt"
 	},
+	[PLAN_REVIEW_CLOSE] = {
+		"UPDATE idempo.reviews SET resolved_at = $3, resolved_by = $4, resolution = $5, note = $6 "
+		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 AND resolved_at IS NULL",
+		"ttTttt"
+	},
 	[PLAN_EVENT_LOG] = {
 		"INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, "
 		"outcome, action, actor) VALUES ($1, $2, $3, $4, $5, $6::idempo.status, "
 		"$7::idempo.status, $8::idempo.outcome, $9, $10)",
 		"Ttttittttt"
+	},
+
+	/*
+	 * The sweep: due rows (SKIP LOCKED: never wait for a claim), then one
+	 * statement per kind of change for the whole batch.
+	 */
+	[PLAN_SWEEP_DUE] = {
+		"SELECT scope, key, " OP_COLUMNS " FROM idempo.operations "
+		"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+		"Ti"
+	},
+	[PLAN_SWEEP_PURGE] = {
+		"DELETE FROM idempo.operations o "
+		"USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
+		"WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
+		"aa"
+	},
+	[PLAN_SWEEP_REVIEW] = {
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
+		"SELECT o.scope, o.key, 'retention_expired', $3, pg_catalog.to_jsonb(o.*) "
+		"FROM idempo.operations o "
+		"JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
+		"ON o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key "
+		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING",
+		"aaT"
+	},
+	[PLAN_SWEEP_SET] = {
+		"UPDATE idempo.operations o SET status = d.status::idempo.status, sweep_at = d.sweep_at, "
+		"lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END "
+		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), "
+		"pg_catalog.unnest($4), pg_catalog.unnest($5)) AS d(scope, key, status, sweep_at, clear_lease) "
+		"WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
+		"aaazo"
 	},
 	[PLAN_CONFLICT_RECORD] = {
 		"INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint, "
@@ -140,6 +181,12 @@ plan_arg_type(char c)
 			return JSONBOID;
 		case 'B':
 			return BOOLOID;
+		case 'a':
+			return TEXTARRAYOID;
+		case 'z':
+			return TIMESTAMPTZARRAYOID;
+		case 'o':
+			return BOOLARRAYOID;
 	}
 	elog(ERROR, "unrecognized plan argument type '%c'", c);
 	pg_unreachable();

@@ -92,13 +92,15 @@ scope_load(const char *name, IdempoScope *entry)
 }
 
 /*
- * The policy of a scope, from the cache or idempo.scopes.  Call inside an
- * idempo SPI session.  The result stays valid until the next call.
+ * The policy of a scope, from the cache or idempo.scopes; NULL if there is
+ * no such scope.  Call inside an idempo SPI session.  The result stays valid
+ * until the next call.
  */
 const IdempoScope *
-idempo_scope_get(const char *name)
+idempo_scope_find(const char *name)
 {
 	IdempoScope *entry;
+	IdempoScope loaded;
 	bool		found;
 
 	(void) idempo_catalog();	/* the cache is only valid with the catalog */
@@ -109,21 +111,28 @@ idempo_scope_get(const char *name)
 	if (likely(entry != NULL))
 		return entry;
 
-	{
-		IdempoScope loaded;
-
-		memset(&loaded, 0, sizeof(loaded));
-		if (!scope_load(name, &loaded))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("scope \"%s\" does not exist", name),
-					 errhint("Create it first: SELECT idempo.create_scope('%s', retention => '24 hours');",
-							 name)));
-		strlcpy(loaded.name, name, sizeof(loaded.name));
-		entry = hash_search(scope_cache, name, HASH_ENTER, &found);
-		*entry = loaded;
-	}
+	memset(&loaded, 0, sizeof(loaded));
+	if (!scope_load(name, &loaded))
+		return NULL;
+	strlcpy(loaded.name, name, sizeof(loaded.name));
+	entry = hash_search(scope_cache, name, HASH_ENTER, &found);
+	*entry = loaded;
 	return entry;
+}
+
+/* Like idempo_scope_find(), but an unknown scope is an error. */
+const IdempoScope *
+idempo_scope_get(const char *name)
+{
+	const IdempoScope *scope = idempo_scope_find(name);
+
+	if (scope == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("scope \"%s\" does not exist", name),
+				 errhint("Create it first: SELECT idempo.create_scope('%s', retention => '24 hours');",
+						 name)));
+	return scope;
 }
 
 /*

@@ -226,6 +226,43 @@ CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempo_stored_key'
     LANGUAGE C STABLE PARALLEL RESTRICTED;
 
+CREATE FUNCTION idempo.verify(
+    scope      text,
+    key        text,
+    found      boolean,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_verify'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.resolve(
+    scope      text,
+    key        text,
+    resolution text,
+    reviewer   text,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL,
+    note       text  DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_resolve'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.request_review(scope text, key text, note text DEFAULT NULL)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempo_request_review'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
+    RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
+    AS 'MODULE_PATHNAME', 'idempo_sweep'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+
+-- The time idempo decides with: the system clock shifted by idempo.clock_offset (tests only).
+CREATE FUNCTION idempo.now() RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_clock_now'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
 -- Statement trigger on idempo.scopes: tells every backend to drop its cached copy of the scopes.
 CREATE FUNCTION idempo.scopes_changed() RETURNS trigger
     AS 'MODULE_PATHNAME', 'idempo_scopes_changed'
@@ -477,6 +514,88 @@ BEGIN
            resolution = resolve_conflict.resolution, note = resolve_conflict.note
      WHERE x.id = conflict_id AND x.key = c.key;
 END
+$$;
+
+------------------------------------------------------------------------------------------------
+-- What people look at
+------------------------------------------------------------------------------------------------
+
+-- Open reviews, oldest first, with how long each has waited.
+CREATE VIEW idempo.review_queue AS
+SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
+       idempo.now() OPERATOR(pg_catalog.-) r.opened_at AS waiting,
+       o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
+       r.detail, r.operation AS snapshot
+FROM idempo.reviews r
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
+WHERE r.resolved_at IS NULL
+ORDER BY r.opened_at, r.id;
+
+-- Per scope: operations per status, open reviews and the oldest one's wait, open conflicts.
+-- Counting operations reads the whole table: query it for monitoring, not in a hot loop.
+CREATE VIEW idempo.stats AS
+WITH ops AS (
+    SELECT o.scope,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_progress') AS in_progress,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'failed') AS failed,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'retryable') AS retryable,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'unknown') AS unknown,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_review') AS in_review
+    FROM idempo.operations o GROUP BY o.scope),
+revs AS (
+    SELECT r.scope, pg_catalog.count(*) AS open_reviews, pg_catalog.min(r.opened_at) AS oldest
+    FROM idempo.reviews r WHERE r.resolved_at IS NULL GROUP BY r.scope),
+cons AS (
+    SELECT c.scope, pg_catalog.count(*) AS open_conflicts
+    FROM idempo.conflicts c WHERE c.resolved_at IS NULL GROUP BY c.scope)
+SELECT s.name AS scope, s.enabled,
+       COALESCE(ops.in_progress, 0) AS in_progress, COALESCE(ops.succeeded, 0) AS succeeded,
+       COALESCE(ops.failed, 0) AS failed, COALESCE(ops.retryable, 0) AS retryable,
+       COALESCE(ops.unknown, 0) AS unknown, COALESCE(ops.in_review, 0) AS in_review,
+       COALESCE(revs.open_reviews, 0) AS open_reviews,
+       idempo.now() OPERATOR(pg_catalog.-) revs.oldest AS oldest_review_wait,
+       COALESCE(cons.open_conflicts, 0) AS open_conflicts
+FROM idempo.scopes s
+LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
+LEFT JOIN revs ON revs.scope OPERATOR(pg_catalog.=) s.name
+LEFT JOIN cons ON cons.scope OPERATOR(pg_catalog.=) s.name;
+
+-- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
+-- Used by the tests after every fault; cheap enough to run by hand on a live system.
+CREATE FUNCTION idempo.check_consistency()
+    RETURNS TABLE (scope text, key text, problem text)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $$
+    SELECT o.scope, o.key, p.problem
+    FROM idempo.operations o
+    LEFT JOIN idempo.scopes s ON s.name = o.scope
+    CROSS JOIN LATERAL (VALUES
+        (CASE WHEN s.name IS NULL THEN 'scope does not exist' END),
+        (CASE WHEN o.status = 'in_progress' AND o.lease_expires_at IS NULL THEN 'in_progress without a lease' END),
+        (CASE WHEN o.status <> 'in_progress' AND o.lease_expires_at IS NOT NULL THEN 'lease on a record that is not in_progress' END),
+        (CASE WHEN o.status IN ('succeeded', 'failed') AND (o.completed_at IS NULL OR o.expires_at IS NULL)
+              THEN 'finished without completed_at/expires_at' END),
+        (CASE WHEN o.status NOT IN ('succeeded', 'failed') AND o.expires_at IS NOT NULL
+              THEN 'unfinished with expires_at' END),
+        (CASE WHEN o.status = 'in_review' AND o.sweep_at IS NOT NULL THEN 'in_review but scheduled for the sweep' END),
+        (CASE WHEN o.status <> 'in_review' AND o.sweep_at IS NULL THEN 'never swept' END),
+        (CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at THEN 'swept after expiry' END),
+        (CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
+                   AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
+                   AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END),
+        (CASE WHEN o.attempt < 0 OR o.attempt_base > o.attempt THEN 'bad attempt numbers' END),
+        (CASE WHEN o.status = 'in_review' AND (SELECT count(*) FROM idempo.reviews r
+                   WHERE r.scope = o.scope AND r.key = o.key AND r.resolved_at IS NULL) <> 1
+              THEN 'in_review without exactly one open review' END)
+    ) AS p(problem)
+    WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT r.scope, r.key, 'open review of an operation that is not in_review'
+    FROM idempo.reviews r
+    WHERE r.resolved_at IS NULL
+      AND NOT EXISTS (SELECT FROM idempo.operations o
+                      WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
 $$;
 
 ------------------------------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+-- idempo.sweep(): lease expiry, retention to review, purge, rescheduling, batches.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text;
+BEGIN
+    EXECUTE stmt;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
+END $$;
+
+SELECT name FROM idempo.create_scope('s', retention => '1 hour', lease => '1 minute', audit => true);
+SELECT name FROM idempo.create_scope('s.retry', retention => '1 hour', lease => '1 minute', on_lease_expiry => 'retry');
+
+SELECT count(*) FROM (
+    SELECT idempo.claim('s', 'running-' || i) FROM generate_series(1, 3) i
+    UNION ALL SELECT idempo.claim('s.retry', 'retry-1')
+    UNION ALL SELECT idempo.claim('s', 'done-' || i, complete_on_commit => true) FROM generate_series(1, 5) i
+    UNION ALL SELECT idempo.claim('s', 'failed-1')) c;
+SELECT idempo.fail('s', 'failed-1', 1, 'no effect');
+
+-- nothing is due yet
+SELECT * FROM idempo.sweep();
+
+-- two minutes later: leases ran out
+SET idempo.clock_offset = '2min';
+SELECT * FROM idempo.sweep();
+SELECT scope, key, status, lease_expires_at IS NULL AS lease_cleared FROM idempo.operations
+WHERE status <> 'succeeded' ORDER BY scope, key;
+SELECT * FROM idempo.sweep();
+
+-- two hours later: unfinished work goes to review, finished records are purged
+SET idempo.clock_offset = '2h';
+SELECT * FROM idempo.sweep(batch => 4);
+SELECT * FROM idempo.sweep(batch => 4);
+SELECT * FROM idempo.sweep(batch => 4);
+SELECT scope, key, status FROM idempo.operations ORDER BY scope, key;
+SELECT key, reason, snapshot->>'status' AS status_at_entry FROM idempo.review_queue ORDER BY key;
+SELECT key, from_status, to_status, action FROM idempo.events WHERE action = 'sweep' ORDER BY id;
+
+-- in_review rows are never touched again by the sweep
+SET idempo.clock_offset = '30h';
+SELECT * FROM idempo.sweep();
+SELECT count(*) AS in_review FROM idempo.operations WHERE status = 'in_review';
+RESET idempo.clock_offset;
+
+-- sweep_at may be early: a completed record is rescheduled to its expiry, not purged
+SELECT outcome FROM idempo.claim('s', 'late');
+SELECT idempo.complete('s', 'late', 1);
+SET idempo.clock_offset = '2min';
+SELECT * FROM idempo.sweep();
+SELECT status, sweep_at = expires_at AS rescheduled FROM idempo.operations WHERE key = 'late';
+RESET idempo.clock_offset;
+
+-- a shorter retention brings unfinished work's sweep forward
+SELECT outcome FROM idempo.claim('s', 'shorter');
+SET idempo.clock_offset = '2min';
+SELECT outcome FROM idempo.claim('s', 'shorter');
+SELECT sweep_at = first_seen_at + interval '1 hour' AS at_old_retention FROM idempo.operations WHERE key = 'shorter';
+SELECT name FROM idempo.alter_scope('s', retention => '10 minutes');
+SELECT sweep_at = first_seen_at + interval '10 minutes' AS moved_forward FROM idempo.operations WHERE key = 'shorter';
+SET idempo.clock_offset = '11min';
+SELECT * FROM idempo.sweep();
+RESET idempo.clock_offset;
+
+-- bad batch sizes
+SELECT pg_temp.err($$SELECT * FROM idempo.sweep(0)$$);
+SELECT pg_temp.err($$SELECT * FROM idempo.sweep(NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM idempo.sweep(1000000)$$);
+
+SELECT * FROM idempo.check_consistency();

@@ -1,0 +1,287 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweep.c
+ *	  idempo.sweep(batch): apply what time has done, in the background.
+ *
+ * One call handles up to "batch" rows whose sweep_at has come, oldest
+ * first, in the caller's transaction:
+ *	- in_progress past its lease -> unknown (retryable in 'retry' scopes);
+ *	- unfinished past first_seen_at + retention -> in_review, with a review
+ *	  (reason retention_expired) holding a snapshot of the row;
+ *	- finished past expires_at -> deleted;
+ *	- rows with nothing due yet (sweep_at is allowed to be early) get the
+ *	  time at which something will be due.
+ * The decisions are those of claim (expiry.c).  Rows are taken FOR UPDATE
+ * SKIP LOCKED, so a sweep never waits for a claim and several sweeps share
+ * the work; a claim waits at most for one batch's transaction.  Each kind of
+ * change is one statement over arrays of keys.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "op_row.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(idempo_sweep);
+
+#define MAX_SWEEP_BATCH 100000
+
+/* how long the sweep leaves alone the operations of a scope that does not exist */
+#define ORPHAN_RETRY_US (USECS_PER_HOUR)
+
+/* Arrays of one kind of change, parallel by index. */
+typedef struct KeyList
+{
+	int			n;
+	Datum	   *scope;
+	Datum	   *key;
+	Datum	   *status;			/* PLAN_SWEEP_SET only */
+	Datum	   *sweep_at;
+	bool	   *sweep_at_null;
+	Datum	   *clear_lease;
+} KeyList;
+
+typedef struct ScopeTally
+{
+	char		scope[IDEMPO_MAX_SCOPE_BYTES + 1];
+	IdempoSweepCounts counts;
+} ScopeTally;
+
+static void
+keylist_init(KeyList *l, int capacity)
+{
+	l->n = 0;
+	l->scope = palloc(sizeof(Datum) * capacity);
+	l->key = palloc(sizeof(Datum) * capacity);
+	l->status = palloc(sizeof(Datum) * capacity);
+	l->sweep_at = palloc(sizeof(Datum) * capacity);
+	l->sweep_at_null = palloc(sizeof(bool) * capacity);
+	l->clear_lease = palloc(sizeof(Datum) * capacity);
+}
+
+static void
+keylist_add(KeyList *l, Datum scope, Datum key, IdempoStatus status, TimestampTz sweep_at,
+			bool clear_lease)
+{
+	l->scope[l->n] = scope;
+	l->key[l->n] = key;
+	l->status[l->n] = CStringGetTextDatum(idempo_status_names[status]);
+	l->sweep_at[l->n] = TimestampTzGetDatum(sweep_at);
+	l->sweep_at_null[l->n] = TIMESTAMP_IS_NOBEGIN(sweep_at);
+	l->clear_lease[l->n] = BoolGetDatum(clear_lease);
+	l->n++;
+}
+
+static Datum
+text_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static void
+run_purge(KeyList *l)
+{
+	Datum		args[2];
+
+	if (l->n == 0)
+		return;
+	args[0] = text_array(l->scope, l->n);
+	args[1] = text_array(l->key, l->n);
+	idempo_spi_execute(PLAN_SWEEP_PURGE, args, NULL, 0);
+}
+
+static void
+run_open_reviews(KeyList *l, TimestampTz now)
+{
+	Datum		args[3];
+
+	if (l->n == 0)
+		return;
+	args[0] = text_array(l->scope, l->n);
+	args[1] = text_array(l->key, l->n);
+	args[2] = TimestampTzGetDatum(now);
+	idempo_spi_execute(PLAN_SWEEP_REVIEW, args, NULL, 0);
+}
+
+static void
+run_set(KeyList *l)
+{
+	Datum		args[5];
+	int			dims[1];
+	int			lbs[1] = {1};
+
+	if (l->n == 0)
+		return;
+	dims[0] = l->n;
+	args[0] = text_array(l->scope, l->n);
+	args[1] = text_array(l->key, l->n);
+	args[2] = text_array(l->status, l->n);
+	args[3] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
+												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
+												 TYPALIGN_DOUBLE));
+	args[4] = PointerGetDatum(construct_array(l->clear_lease, l->n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	idempo_spi_execute(PLAN_SWEEP_SET, args, NULL, 0);
+}
+
+static IdempoSweepCounts *
+tally_for(ScopeTally *tallies, int *ntallies, const char *scope)
+{
+	int			i;
+
+	for (i = 0; i < *ntallies; i++)
+		if (strcmp(tallies[i].scope, scope) == 0)
+			return &tallies[i].counts;
+	strlcpy(tallies[*ntallies].scope, scope, sizeof(tallies[0].scope));
+	memset(&tallies[*ntallies].counts, 0, sizeof(IdempoSweepCounts));
+	return &tallies[(*ntallies)++].counts;
+}
+
+/*
+ * One batch, inside an idempo SPI session.  Adds to *total; if tally is
+ * given, calls it once per scope that had changes.
+ */
+void
+idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
+				   idempo_sweep_tally_fn tally, void *tally_arg)
+{
+	Datum		args[2];
+	int			n,
+				i,
+				ntallies = 0;
+	SPITupleTable *due;
+	KeyList		purge,
+				review,
+				set;
+	ScopeTally *tallies;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int32GetDatum(batch);
+	n = idempo_spi_execute(PLAN_SWEEP_DUE, args, NULL, 0);
+	due = SPI_tuptable;
+	total->rows_seen += n;
+	if (n == 0)
+		return;
+
+	keylist_init(&purge, n);
+	keylist_init(&review, n);
+	keylist_init(&set, n);
+	tallies = palloc(sizeof(ScopeTally) * n);
+
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = due->vals[i];
+		bool		isnull;
+		Datum		scope_d = SPI_getbinval(tuple, due->tupdesc, 1, &isnull);
+		Datum		key_d = SPI_getbinval(tuple, due->tupdesc, 2, &isnull);
+		char	   *scope_name = TextDatumGetCString(scope_d);
+		const IdempoScope *s = idempo_scope_find(scope_name);
+		IdempoSweepCounts *c;
+		OpRow		r;
+		TimestampTz next_due;
+		IdempoStatus from;
+
+		op_row_from_tuple(tuple, due->tupdesc, 3, &r);
+		if (s == NULL)
+		{
+			/* a scope row deleted by hand: leave its operations alone, and say so */
+			ereport(WARNING,
+					(errmsg("idempo sweep: scope \"%s\" of an operation does not exist", scope_name),
+					 errhint("Recreate the scope with idempo.create_scope('%s'); its operations are looked at again hourly.",
+							 scope_name)));
+			keylist_add(&set, scope_d, key_d, r.status, idempo_time_add(now, ORPHAN_RETRY_US), false);
+			continue;
+		}
+		from = r.status;
+		c = tally_for(tallies, &ntallies, s->name);
+		switch (op_expiry(&r, s, now, &next_due))
+		{
+			case EXPIRY_ABSENT:
+				keylist_add(&purge, scope_d, key_d, r.status, DT_NOBEGIN, false);
+				c->purged++;
+				break;
+			case EXPIRY_REVIEW:
+				keylist_add(&review, scope_d, key_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
+				keylist_add(&set, scope_d, key_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
+				c->moved_to_review++;
+				idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from,
+								 STATUS_IN_REVIEW, -1, "sweep", now, actor);
+				break;
+			case EXPIRY_LEASE_UNKNOWN:
+			case EXPIRY_LEASE_RETRY:
+				{
+					IdempoStatus to = s->retry_on_lease_expiry ? STATUS_RETRYABLE : STATUS_UNKNOWN;
+
+					keylist_add(&set, scope_d, key_d, to, op_review_at(&r, s), true);
+					c->lease_expired++;
+					idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from, to, -1,
+									 "sweep", now, actor);
+					break;
+				}
+			case EXPIRY_NONE:
+				/* sweep_at was early: come back when something is due */
+				keylist_add(&set, scope_d, key_d, r.status, next_due, false);
+				break;
+		}
+	}
+
+	/* reviews first: their snapshot shows the row before it changes */
+	run_open_reviews(&review, now);
+	run_set(&set);
+	run_purge(&purge);
+
+	for (i = 0; i < ntallies; i++)
+	{
+		IdempoSweepCounts *c = &tallies[i].counts;
+
+		total->lease_expired += c->lease_expired;
+		total->moved_to_review += c->moved_to_review;
+		total->purged += c->purged;
+		if (tally && (c->lease_expired || c->moved_to_review || c->purged))
+			tally(tallies[i].scope, c, tally_arg);
+	}
+}
+
+/*
+ * idempo.sweep(batch int DEFAULT 1000)
+ *	 RETURNS TABLE(lease_expired bigint, moved_to_review bigint, purged bigint)
+ */
+Datum
+idempo_sweep(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdempoSpiSession session;
+	IdempoSweepCounts total;
+	int			batch;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("batch must not be NULL"),
+				 errhint("Pass the number of rows to handle, e.g. 1000.")));
+	batch = PG_GETARG_INT32(0);
+	if (batch < 1 || batch > MAX_SWEEP_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d, not %d", MAX_SWEEP_BATCH, batch),
+				 errhint("Call sweep() again while it reports full batches.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	memset(&total, 0, sizeof(total));
+	idempo_spi_begin(&session);
+	idempo_sweep_batch(batch, idempo_now(), session.save_userid, &total, NULL, NULL);
+	idempo_spi_end(&session);
+
+	values[0] = Int64GetDatum(total.lease_expired);
+	values[1] = Int64GetDatum(total.moved_to_review);
+	values[2] = Int64GetDatum(total.purged);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
