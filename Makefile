@@ -23,6 +23,9 @@ include $(PGXS)
 
 EXTRA_CLEAN  = results
 
+# PGXS does not track header dependencies; every object depends on our headers.
+$(OBJS): $(wildcard src/*.h)
+
 # The regression and isolation suites with every server process under Valgrind memcheck.
 .PHONY: valgrind-check
 valgrind-check:
