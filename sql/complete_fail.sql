@@ -71,10 +71,15 @@ SELECT pg_temp.err($$SELECT idempo.complete('pay', 'nothing', 1)$$);
 SELECT pg_temp.err($$SELECT idempo.fail('pay', 'nothing', 1, 'x', NULL)$$);
 SELECT outcome FROM idempo.claim('pay', 'inv-6', intent_at => now() - interval '2 days');
 SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-6', 0)$$);
--- a retryable one must be claimed again first
+-- a late reply of the current attempt still counts after it was declared retryable
+-- (it says what happened); once a new attempt is acquired, the old one is fenced
 SELECT outcome FROM idempo.claim('pay', 'inv-7');
 SELECT idempo.fail('pay', 'inv-7', 1);
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-7', 1)$$);
+SELECT idempo.complete('pay', 'inv-7', 1, '{"late":true}');
+SELECT outcome FROM idempo.claim('pay', 'inv-8');
+SELECT idempo.fail('pay', 'inv-8', 1);
+SELECT outcome, attempt FROM idempo.claim('pay', 'inv-8');
+SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-8', 1)$$);
 
 -- audit: every claim outcome and transition is an event
 SELECT name FROM idempo.create_scope('pay.audited', audit => true);

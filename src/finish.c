@@ -5,7 +5,9 @@
  *
  * Both are one UPDATE fenced by attempt: it matches only while the named
  * attempt is still the operation's current one and the operation is
- * in_progress (or unknown: a late reply of the same attempt resolves it).
+ * in_progress, or unknown/retryable (a late reply of the current attempt
+ * still says what happened; it must not be lost, or the next attempt could
+ * do the work a second time).
  * Only when nothing matched do we read the row again, to say precisely why
  * the call was refused.  The UPDATE changes no indexed column, so it can be
  * a HOT update.
@@ -85,13 +87,13 @@ refuse(const FinishArgs *f, const char *verb)
 				 errhint("Pass the attempt number idempo.claim() returned.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("cannot %s key \"%s\" in scope \"%s\": it is %s, not in_progress",
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": it is %s",
 					verb, f->key, f->scope->name, idempo_status_names[r.status]),
 			 r.status == STATUS_IN_REVIEW ?
 			 errhint("A person decides on operations in review: use idempo.resolve().") :
 			 idempo_status_finished(r.status) ?
 			 errhint("The operation is already finished; its result is replayed to every claim.") :
-			 errhint("Claim the key again to start a new attempt.")));
+			 errhint("Claim the key first with idempo.claim().")));
 }
 
 static Datum

@@ -74,10 +74,13 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 
 	/*
-	 * complete/fail in one statement, fenced by attempt.  It changes no indexed
-	 * column (sweep_at stays as it is: early is allowed), so it can be HOT.
-	 * $9 admits a row this transaction already made 'succeeded' with
-	 * complete_on_commit.
+	 * complete/fail in one statement, fenced by attempt: the current attempt
+	 * may finish while the operation is in_progress, unknown (its reply came
+	 * late) or retryable (someone concluded "not executed", but the attempt's
+	 * own reply proves what happened; once a new attempt is acquired, the
+	 * old one is fenced).  It changes no indexed column (sweep_at stays as it
+	 * is: early is allowed), so it can be a HOT update.  $10 admits a row this
+	 * transaction already made 'succeeded' with complete_on_commit.
 	 */
 	[PLAN_OP_FINISH] = {
 		"UPDATE idempo.operations SET status = $4::idempo.status, result = $5, target_ref = $6, "
@@ -86,6 +89,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"AND attempt OPERATOR(pg_catalog.=) $3 "
 		"AND (status OPERATOR(pg_catalog.=) 'in_progress'::idempo.status "
 		"  OR status OPERATOR(pg_catalog.=) 'unknown'::idempo.status "
+		"  OR status OPERATOR(pg_catalog.=) 'retryable'::idempo.status "
 		"  OR ($10 AND status OPERATOR(pg_catalog.=) 'succeeded'::idempo.status))",
 		"ttitjttTTB"
 	},
