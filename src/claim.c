@@ -515,6 +515,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 		ans.conflict_id = idempo_record_conflict(&c);
 	}
 
+	idempo_count(COUNTER_CLAIMS + ans.outcome, 1);
 	result = build_result(fcinfo, &ans);
 	PG_RETURN_DATUM(result);
 }

@@ -216,6 +216,70 @@ typedef void (*idempo_sweep_tally_fn) (const char *scope, const IdempoSweepCount
 extern void idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
 							   idempo_sweep_tally_fn tally, void *tally_arg);
 
+/* ---- shmem.c: present only with shared_preload_libraries = 'idempo' ---- */
+
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+
+typedef enum IdempoCounter
+{
+	COUNTER_CLAIMS = 0,			/* + IdempoOutcome */
+	COUNTER_SWEEPS = NUM_OUTCOMES,
+	COUNTER_LEASE_EXPIRED,
+	COUNTER_MOVED_TO_REVIEW,
+	COUNTER_PURGED,
+	COUNTER_WORKER_ERRORS,
+	NUM_COUNTERS
+} IdempoCounter;
+
+typedef struct IdempoWorkerSlot
+{
+	Oid			database_id;
+	pid_t		pid;			/* 0: free */
+} IdempoWorkerSlot;
+
+typedef struct IdempoShared
+{
+	slock_t		mutex;			/* protects everything but the counters */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	bool		recheck_requested;
+	Oid			held_database;	/* a database DDL needs without connections */
+	TimestampTz held_until;
+	TimestampTz counters_reset_at;
+	pg_atomic_uint64 counters[NUM_COUNTERS];
+	int			nslots;
+	IdempoWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} IdempoShared;
+
+extern IdempoShared *idempo_shared;
+
+extern void idempo_shmem_install_hooks(void);
+extern void idempo_count(IdempoCounter counter, uint64 n);
+extern bool idempo_slot_register(Oid database_id);
+extern pid_t idempo_sweeper_pid(Oid database_id);
+extern void idempo_hold_database(Oid database_id, TimestampTz until);
+extern bool idempo_database_held(Oid database_id, TimestampTz now);
+extern void idempo_launcher_register(void);
+extern void idempo_wake_launcher(void);
+extern bool idempo_take_recheck_request(void);
+
+/* ---- guc.c ---- */
+
+extern char *idempo_databases;
+extern int	idempo_sweep_interval_ms;
+extern int	idempo_sweep_batch_size;
+extern bool idempo_worker_enabled;
+
+extern void idempo_define_gucs(void);
+extern bool idempo_database_listed(const char *name);
+
+/* ---- launcher.c, sweeper.c, db_guard.c ---- */
+
+extern void idempo_register_launcher(void);
+extern void idempo_install_utility_hook(void);
+
 /* ---- conflicts.c ---- */
 
 typedef struct IdempoConflict

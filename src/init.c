@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * init.c
- *	  Module load: settings (GUCs) and backend callbacks.
+ *	  Module load.  Everything but the worker and the shared counters works
+ *	  when the library is loaded on demand by CREATE EXTENSION or a call;
+ *	  with shared_preload_libraries = 'idempo' the postmaster also gets the
+ *	  shared memory, the launcher and the utility hook.
  *
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
 
 #include "miscadmin.h"
-#include "utils/guc.h"
 
 PG_MODULE_MAGIC;
 
@@ -17,17 +19,18 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	DefineCustomIntVariable("idempo.clock_offset",
-							"Shifts idempo's clock by this many seconds (for tests).",
-							"Lets tests evaluate lease, retention and settle decisions at a later "
-							"time without waiting. Leave it at 0 in production.",
-							&idempo_clock_offset_s,
-							0, -1000000000, 1000000000,
-							PGC_SUSET,
-							GUC_UNIT_S | GUC_NOT_IN_SAMPLE,
-							NULL, NULL, NULL);
-	MarkGUCPrefixReserved("idempo");
-
+	idempo_define_gucs();
 	idempo_catalog_register_callbacks();
 	idempo_txn_register_callbacks();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	/* pg_upgrade starts the server only to move catalogs: no worker, no hooks */
+	if (IsBinaryUpgrade)
+		return;
+
+	idempo_shmem_install_hooks();
+	idempo_install_utility_hook();
+	idempo_register_launcher();
 }

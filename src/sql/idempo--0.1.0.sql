@@ -258,6 +258,16 @@ CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
     AS 'MODULE_PATHNAME', 'idempo_sweep'
     LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
 
+-- Shared-memory counters (need shared_preload_libraries = 'idempo').
+CREATE FUNCTION idempo.counters()
+    RETURNS TABLE (name text, value bigint, since timestamptz)
+    AS 'MODULE_PATHNAME', 'idempo_counters'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE FUNCTION idempo.reset_counters() RETURNS void
+    AS 'MODULE_PATHNAME', 'idempo_reset_counters'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- The time idempo decides with: the system clock shifted by idempo.clock_offset (tests only).
 CREATE FUNCTION idempo.now() RETURNS timestamptz
     AS 'MODULE_PATHNAME', 'idempo_clock_now'

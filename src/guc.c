@@ -1,0 +1,102 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *	  idempo's settings.  All live under the reserved prefix "idempo.".
+ *
+ *	  idempo.databases       which databases the worker serves ('' = every
+ *	                         database that allows connections and has the
+ *	                         extension); sighup
+ *	  idempo.sweep_interval  pause between sweep rounds; sighup
+ *	  idempo.sweep_batch     rows per sweep transaction; sighup
+ *	  idempo.worker_enabled  off stops all sweeping; sighup
+ *	  idempo.clock_offset    shifts idempo's clock, for tests; superuser
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "utils/guc.h"
+#include "utils/varlena.h"
+
+char	   *idempo_databases = NULL;
+int			idempo_sweep_interval_ms = 10000;
+int			idempo_sweep_batch_size = 1000;
+bool		idempo_worker_enabled = true;
+
+static bool
+check_databases(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(copy, ',', &names);
+
+	if (!ok)
+		GUC_check_errdetail("List syntax is invalid: give database names separated by commas.");
+	list_free(names);
+	pfree(copy);
+	return ok;
+}
+
+void
+idempo_define_gucs(void)
+{
+	DefineCustomStringVariable("idempo.databases",
+							   "Databases the idempo worker sweeps (empty: all with the extension).",
+							   "A comma-separated list of database names. Empty means every database "
+							   "that allows connections and has the idempo extension installed.",
+							   &idempo_databases,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_databases, NULL, NULL);
+	DefineCustomIntVariable("idempo.sweep_interval",
+							"Pause between two sweep rounds of the idempo worker.",
+							"A round that handled a full batch is followed at once by another.",
+							&idempo_sweep_interval_ms,
+							10000, 100, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("idempo.sweep_batch",
+							"Rows one sweep transaction handles at most.",
+							"Smaller batches hold row locks for less time; larger ones sweep faster.",
+							&idempo_sweep_batch_size,
+							1000, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("idempo.worker_enabled",
+							 "Whether the idempo worker sweeps.",
+							 "Off leaves all sweeping to explicit calls of idempo.sweep().",
+							 &idempo_worker_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("idempo.clock_offset",
+							"Shifts idempo's clock by this many seconds (for tests).",
+							"Lets tests evaluate lease, retention and settle decisions at a later "
+							"time without waiting. Leave it at 0 in production.",
+							&idempo_clock_offset_s,
+							0, -1000000000, 1000000000,
+							PGC_SUSET, GUC_UNIT_S | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+	MarkGUCPrefixReserved("idempo");
+}
+
+/* Whether idempo.databases lets the worker serve this database. */
+bool
+idempo_database_listed(const char *name)
+{
+	char	   *copy;
+	List	   *names;
+	ListCell   *lc;
+	bool		listed = false;
+
+	if (idempo_databases == NULL || idempo_databases[0] == '\0')
+		return true;
+	copy = pstrdup(idempo_databases);
+	if (SplitIdentifierString(copy, ',', &names))
+		foreach(lc, names)
+			if (strcmp((char *) lfirst(lc), name) == 0)
+				listed = true;
+	list_free(names);
+	pfree(copy);
+	return listed;
+}

@@ -1,0 +1,229 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *	  The idempo launcher: one background worker, connected to no database,
+ *	  that starts a sweeper (sweeper.c) for every database it should serve.
+ *
+ * It starts once recovery has finished (BgWorkerStart_RecoveryFinished): on
+ * a standby it never runs, and after promotion the postmaster starts it.
+ * Every round it reads pg_database (a shared catalog) and starts a sweeper,
+ * passing the database's OID, for each database that allows connections,
+ * is not a template, is listed in idempo.databases (empty: all) and has no
+ * sweeper yet.  A sweeper that finds no idempo extension exits; the
+ * launcher looks again after EXTENSION_RECHECK, or at once when a CREATE
+ * EXTENSION idempo wakes it (db_guard.c).  Sweepers of databases that went
+ * away or were unlisted are stopped.  If the launcher dies, the postmaster
+ * restarts it after LAUNCHER_RESTART seconds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+PGDLLEXPORT void idempo_launcher_main(Datum main_arg);
+
+#define LAUNCHER_RESTART 5			/* seconds */
+#define LAUNCHER_NAP_MS 10000		/* longest sleep between rounds */
+#define EXTENSION_RECHECK_MS 60000	/* look again at a database without the extension */
+
+typedef struct ServedDatabase
+{
+	Oid			database_id;	/* hash key */
+	BackgroundWorkerHandle *handle;
+	TimestampTz next_start;		/* do not start a sweeper before this */
+	bool		seen;			/* still in pg_database and listed */
+} ServedDatabase;
+
+static HTAB *served = NULL;
+
+void
+idempo_register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = LAUNCHER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempo");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempo_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempo launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+static bool
+start_sweeper(ServedDatabase *db, const char *name)
+{
+	BackgroundWorker worker;
+	MemoryContext old;
+	bool		started;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempo");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempo_sweeper_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempo sweeper for database \"%s\"", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo sweeper");
+	worker.bgw_main_arg = ObjectIdGetDatum(db->database_id);
+	worker.bgw_notify_pid = MyProcPid;
+	/* the handle outlives this round's transaction */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	started = RegisterDynamicBackgroundWorker(&worker, &db->handle);
+	MemoryContextSwitchTo(old);
+	return started;
+}
+
+static bool
+sweeper_running(ServedDatabase *db)
+{
+	pid_t		pid;
+
+	if (db->handle == NULL)
+		return false;
+	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
+		return true;
+	/* it stopped (no extension, unlisted, or told to): look again later */
+	pfree(db->handle);
+	db->handle = NULL;
+	db->next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+	return false;
+}
+
+/* One look at pg_database: start what is missing, stop what is no longer wanted. */
+static void
+launcher_round(bool recheck_all)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	HASH_SEQ_STATUS seq;
+	ServedDatabase *db;
+	TimestampTz now = GetCurrentTimestamp();
+	List	   *start_dbs = NIL;
+	List	   *start_names = NIL;
+	ListCell   *lc1,
+			   *lc2;
+
+	hash_seq_init(&seq, served);
+	while ((db = hash_seq_search(&seq)) != NULL)
+		db->seen = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "idempo launcher: reading pg_database");
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database form = (Form_pg_database) GETSTRUCT(tuple);
+		bool		found;
+
+		if (!form->datallowconn || form->datistemplate ||
+			!idempo_database_listed(NameStr(form->datname)))
+			continue;
+		db = hash_search(served, &form->oid, HASH_ENTER, &found);
+		if (!found)
+		{
+			db->handle = NULL;
+			db->next_start = 0;
+		}
+		db->seen = true;
+		if (recheck_all && db->handle == NULL)
+			db->next_start = 0;
+		if (!sweeper_running(db) && now >= db->next_start &&
+			!idempo_database_held(db->database_id, now))
+		{
+			start_dbs = lappend(start_dbs, db);
+			start_names = lappend(start_names, pstrdup(NameStr(form->datname)));
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	/* start them outside the catalog scan */
+	forboth(lc1, start_dbs, lc2, start_names)
+	{
+		db = (ServedDatabase *) lfirst(lc1);
+		if (!start_sweeper(db, (char *) lfirst(lc2)))
+		{
+			ereport(LOG,
+					(errmsg("idempo launcher could not start a sweeper for database \"%s\"",
+							(char *) lfirst(lc2)),
+					 errhint("Raise max_worker_processes.")));
+			db->next_start = TimestampTzPlusMilliseconds(now, LAUNCHER_NAP_MS);
+		}
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	hash_seq_init(&seq, served);
+	while ((db = hash_seq_search(&seq)) != NULL)
+	{
+		if (db->seen)
+			continue;
+		if (db->handle != NULL)
+			TerminateBackgroundWorker(db->handle);
+		hash_search(served, &db->database_id, HASH_REMOVE, NULL);
+	}
+}
+
+void
+idempo_launcher_main(Datum main_arg)
+{
+	HASHCTL		ctl;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	idempo_launcher_register();
+
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(ServedDatabase);
+	ctl.hcxt = TopMemoryContext;
+	served = hash_create("idempo served databases", 16, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	ereport(LOG, (errmsg("idempo launcher started")));
+	for (;;)
+	{
+		bool		recheck;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		recheck = idempo_take_recheck_request();
+		if (idempo_worker_enabled)
+			launcher_round(recheck);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(idempo_sweep_interval_ms, LAUNCHER_NAP_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

@@ -1,0 +1,291 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  idempo's shared memory: counters, the sweepers' registry, and the
+ *	  launcher's latch.  Exists only when idempo is in
+ *	  shared_preload_libraries; idempo_shared is NULL otherwise.
+ *
+ * Locking: counters are atomics, updated without a lock.  The registry of
+ * sweepers (one slot per database being served) and the launcher fields
+ * are protected by a spinlock; every critical section is a few
+ * assignments.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(idempo_counters);
+PG_FUNCTION_INFO_V1(idempo_reset_counters);
+
+IdempoShared *idempo_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static const char *const counter_names[NUM_COUNTERS] = {
+	[COUNTER_CLAIMS + OUTCOME_ACQUIRED] = "claims_acquired",
+	[COUNTER_CLAIMS + OUTCOME_REPLAY] = "claims_replay",
+	[COUNTER_CLAIMS + OUTCOME_BUSY] = "claims_busy",
+	[COUNTER_CLAIMS + OUTCOME_CONFLICT] = "claims_conflict",
+	[COUNTER_CLAIMS + OUTCOME_UNKNOWN] = "claims_unknown",
+	[COUNTER_CLAIMS + OUTCOME_IN_REVIEW] = "claims_in_review",
+	[COUNTER_CLAIMS + OUTCOME_STALE] = "claims_stale",
+	[COUNTER_SWEEPS] = "sweeps",
+	[COUNTER_LEASE_EXPIRED] = "lease_expired",
+	[COUNTER_MOVED_TO_REVIEW] = "moved_to_review",
+	[COUNTER_PURGED] = "purged",
+	[COUNTER_WORKER_ERRORS] = "worker_errors",
+};
+
+static int
+slot_count(void)
+{
+	/* one sweeper per database, and there are never more workers than this */
+	return max_worker_processes;
+}
+
+static Size
+shared_size(void)
+{
+	return add_size(offsetof(IdempoShared, slots),
+					mul_size(sizeof(IdempoWorkerSlot), slot_count()));
+}
+
+static void
+idempo_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(shared_size());
+}
+
+static void
+idempo_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	idempo_shared = ShmemInitStruct("idempo", shared_size(), &found);
+	if (!found)
+	{
+		memset(idempo_shared, 0, shared_size());
+		SpinLockInit(&idempo_shared->mutex);
+		for (i = 0; i < NUM_COUNTERS; i++)
+			pg_atomic_init_u64(&idempo_shared->counters[i], 0);
+		idempo_shared->counters_reset_at = GetCurrentTimestamp();
+		idempo_shared->nslots = slot_count();
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while shared_preload_libraries are loaded. */
+void
+idempo_shmem_install_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = idempo_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = idempo_shmem_startup;
+}
+
+void
+idempo_count(IdempoCounter counter, uint64 n)
+{
+	if (idempo_shared != NULL && n > 0)
+		pg_atomic_fetch_add_u64(&idempo_shared->counters[counter], n);
+}
+
+/* Refuses what needs shared memory when the library was not preloaded. */
+static void
+require_shared(const char *what)
+{
+	if (idempo_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs idempo to be loaded at server start", what),
+				 errhint("Add idempo to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/* ---- the sweepers' registry ---- */
+
+static void
+slot_release(int code, Datum arg)
+{
+	int			i = DatumGetInt32(arg);
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	if (idempo_shared->slots[i].pid == MyProcPid)
+	{
+		idempo_shared->slots[i].pid = 0;
+		idempo_shared->slots[i].database_id = InvalidOid;
+	}
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+/*
+ * Registers this process as the sweeper of a database; false if another
+ * one already is (then this one must leave).
+ */
+bool
+idempo_slot_register(Oid database_id)
+{
+	int			i,
+				free_slot = -1;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < idempo_shared->nslots; i++)
+	{
+		IdempoWorkerSlot *slot = &idempo_shared->slots[i];
+
+		if (slot->pid != 0 && slot->database_id == database_id)
+		{
+			SpinLockRelease(&idempo_shared->mutex);
+			return false;
+		}
+		if (slot->pid == 0 && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot >= 0)
+	{
+		idempo_shared->slots[free_slot].pid = MyProcPid;
+		idempo_shared->slots[free_slot].database_id = database_id;
+	}
+	SpinLockRelease(&idempo_shared->mutex);
+	if (free_slot < 0)
+		return false;
+	before_shmem_exit(slot_release, Int32GetDatum(free_slot));
+	return true;
+}
+
+/* PID of the sweeper of a database, or 0. */
+pid_t
+idempo_sweeper_pid(Oid database_id)
+{
+	pid_t		pid = 0;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			pid = idempo_shared->slots[i].pid;
+	SpinLockRelease(&idempo_shared->mutex);
+	return pid;
+}
+
+/* Asks the launcher not to start a sweeper for a database before "until". */
+void
+idempo_hold_database(Oid database_id, TimestampTz until)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->held_database = database_id;
+	idempo_shared->held_until = until;
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+bool
+idempo_database_held(Oid database_id, TimestampTz now)
+{
+	bool		held;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	held = idempo_shared->held_database == database_id && now < idempo_shared->held_until;
+	SpinLockRelease(&idempo_shared->mutex);
+	return held;
+}
+
+/* The launcher announces itself, so others can wake it. */
+void
+idempo_launcher_register(void)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->launcher_pid = MyProcPid;
+	idempo_shared->launcher_latch = &MyProc->procLatch;
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+/* Wakes the launcher to look at every database again now (e.g. after CREATE EXTENSION). */
+void
+idempo_wake_launcher(void)
+{
+	Latch	   *latch = NULL;
+
+	if (idempo_shared == NULL)
+		return;
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->recheck_requested = true;
+	if (idempo_shared->launcher_pid != 0)
+		latch = idempo_shared->launcher_latch;
+	SpinLockRelease(&idempo_shared->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+bool
+idempo_take_recheck_request(void)
+{
+	bool		requested;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	requested = idempo_shared->recheck_requested;
+	idempo_shared->recheck_requested = false;
+	SpinLockRelease(&idempo_shared->mutex);
+	return requested;
+}
+
+/* ---- SQL ---- */
+
+/* idempo.counters() RETURNS TABLE(name text, value bigint, since timestamptz) */
+Datum
+idempo_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz since;
+	int			i;
+
+	require_shared("idempo.counters()");
+	InitMaterializedSRF(fcinfo, 0);
+	SpinLockAcquire(&idempo_shared->mutex);
+	since = idempo_shared->counters_reset_at;
+	SpinLockRelease(&idempo_shared->mutex);
+	for (i = 0; i < NUM_COUNTERS; i++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = CStringGetTextDatum(counter_names[i]);
+		values[1] = Int64GetDatum((int64) pg_atomic_read_u64(&idempo_shared->counters[i]));
+		values[2] = TimestampTzGetDatum(since);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* idempo.reset_counters(): back to zero (administrators only, by grant). */
+Datum
+idempo_reset_counters(PG_FUNCTION_ARGS)
+{
+	int			i;
+
+	require_shared("idempo.reset_counters()");
+	for (i = 0; i < NUM_COUNTERS; i++)
+		pg_atomic_write_u64(&idempo_shared->counters[i], 0);
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->counters_reset_at = GetCurrentTimestamp();
+	SpinLockRelease(&idempo_shared->mutex);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,191 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweeper.c
+ *	  The per-database worker: runs idempo.sweep()'s work in rounds, so that
+ *	  expired leases become unknown, unfinished work past retention reaches
+ *	  a person and expired records are purged even when nobody calls sweep().
+ *
+ * Started by the launcher with the database OID.  Each round is its own
+ * transaction (the order of worker_spi: statement timestamp, transaction,
+ * snapshot, activity, work, commit, statistics, idle).  A round that
+ * handled a full batch is followed at once by another; otherwise the
+ * sweeper waits idempo.sweep_interval on its latch.  An error in a round is
+ * logged, counted and survived.  What a round moved is logged per scope at
+ * LOG after it committed; an empty round is silent.  The sweeper exits when
+ * the database no longer has the extension, is no longer listed in
+ * idempo.databases, or on SIGTERM; postmaster death ends it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+PGDLLEXPORT void idempo_sweeper_main(Datum main_arg);
+
+typedef enum RoundResult
+{
+	ROUND_DONE,					/* nothing more due right now */
+	ROUND_FULL,					/* a full batch: more may be due */
+	ROUND_FAILED,
+	ROUND_NO_EXTENSION
+} RoundResult;
+
+typedef struct ScopeMoves
+{
+	char		scope[IDEMPO_MAX_SCOPE_BYTES + 1];
+	IdempoSweepCounts counts;
+} ScopeMoves;
+
+static char *dbname = NULL;		/* of the database this sweeper serves */
+static List *round_moves = NIL;	/* ScopeMoves of the current round, in round_cxt */
+static MemoryContext round_cxt = NULL;
+
+static void
+remember_moves(const char *scope, const IdempoSweepCounts *counts, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(round_cxt);
+	ScopeMoves *m = palloc(sizeof(ScopeMoves));
+
+	strlcpy(m->scope, scope, sizeof(m->scope));
+	m->counts = *counts;
+	round_moves = lappend(round_moves, m);
+	MemoryContextSwitchTo(old);
+}
+
+static RoundResult
+sweep_round(void)
+{
+	IdempoSweepCounts total;
+	IdempoSpiSession session;
+	int			batch = idempo_sweep_batch_size;
+
+	memset(&total, 0, sizeof(total));
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (!OidIsValid(get_extension_oid("idempo", true)))
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		return ROUND_NO_EXTENSION;
+	}
+	pgstat_report_activity(STATE_RUNNING, "idempo: sweeping");
+	idempo_spi_begin(&session);
+	idempo_sweep_batch(batch, idempo_now(), session.save_userid, &total, remember_moves, NULL);
+	idempo_spi_end(&session);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	idempo_count(COUNTER_SWEEPS, 1);
+	idempo_count(COUNTER_LEASE_EXPIRED, total.lease_expired);
+	idempo_count(COUNTER_MOVED_TO_REVIEW, total.moved_to_review);
+	idempo_count(COUNTER_PURGED, total.purged);
+	return total.rows_seen >= batch ? ROUND_FULL : ROUND_DONE;
+}
+
+/* One round, surviving any error in it. */
+static RoundResult
+sweep_round_guarded(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	RoundResult result;
+	ListCell   *lc;
+
+	MemoryContextReset(round_cxt);
+	round_moves = NIL;
+	PG_TRY();
+	{
+		result = sweep_round();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		ereport(LOG,
+				(errmsg("idempo sweeper: a sweep round in database \"%s\" failed: %s",
+						dbname, edata->message),
+				 errhint("The sweeper carries on; the next round tries again.")));
+		FreeErrorData(edata);
+		idempo_count(COUNTER_WORKER_ERRORS, 1);
+		round_moves = NIL;
+		return ROUND_FAILED;
+	}
+	PG_END_TRY();
+
+	/* committed: now say what moved */
+	foreach(lc, round_moves)
+	{
+		ScopeMoves *m = lfirst(lc);
+
+		ereport(LOG,
+				(errmsg("idempo sweeper: scope \"%s\": %lld lease(s) expired, %lld moved to review, %lld purged",
+						m->scope, (long long) m->counts.lease_expired,
+						(long long) m->counts.moved_to_review, (long long) m->counts.purged)));
+	}
+	return result;
+}
+
+void
+idempo_sweeper_main(Datum main_arg)
+{
+	Oid			database_id = DatumGetObjectId(main_arg);
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(database_id, InvalidOid, 0);
+	if (!idempo_slot_register(database_id))
+		proc_exit(0);			/* another sweeper serves this database */
+
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "idempo sweeper round", ALLOCSET_SMALL_SIZES);
+	StartTransactionCommand();
+	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(database_id));
+	CommitTransactionCommand();
+	SetConfigOption("application_name", "idempo sweeper", PGC_USERSET, PGC_S_SESSION);
+
+	for (;;)
+	{
+		RoundResult result = ROUND_DONE;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (!idempo_database_listed(dbname))
+				proc_exit(0);
+		}
+		if (idempo_worker_enabled && !RecoveryInProgress())
+		{
+			result = sweep_round_guarded();
+			if (result == ROUND_NO_EXTENSION)
+				proc_exit(0);	/* the launcher looks again later */
+		}
+		if (result == ROUND_FULL)
+			continue;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 idempo_sweep_interval_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
