@@ -233,10 +233,23 @@ typedef enum IdempoCounter
 	NUM_COUNTERS
 } IdempoCounter;
 
+typedef enum IdempoWorkerState
+{
+	WORKER_STARTING,
+	WORKER_IDLE,
+	WORKER_SWEEPING,
+	WORKER_DISABLED
+} IdempoWorkerState;
+
 typedef struct IdempoWorkerSlot
 {
 	Oid			database_id;
 	pid_t		pid;			/* 0: free */
+	IdempoWorkerState state;
+	uint64		rounds;			/* sweep rounds done */
+	uint64		wakeups;		/* times it woke up, swept or not */
+	TimestampTz last_round_at;
+	TimestampTz next_round_at;
 } IdempoWorkerSlot;
 
 typedef struct IdempoShared
@@ -245,6 +258,8 @@ typedef struct IdempoShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	bool		recheck_requested;
+	uint64		launcher_rounds;
+	TimestampTz launcher_round_at;
 	Oid			held_database;	/* a database DDL needs without connections */
 	TimestampTz held_until;
 	TimestampTz counters_reset_at;
@@ -264,6 +279,8 @@ extern bool idempo_database_held(Oid database_id, TimestampTz now);
 extern void idempo_launcher_register(void);
 extern void idempo_wake_launcher(void);
 extern bool idempo_take_recheck_request(void);
+extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at);
+extern void idempo_launcher_report_round(void);
 
 /* ---- guc.c ---- */
 

@@ -221,6 +221,7 @@ idempo_launcher_main(Datum main_arg)
 		recheck = idempo_take_recheck_request();
 		if (idempo_worker_enabled)
 			launcher_round(recheck);
+		idempo_launcher_report_round();
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(idempo_sweep_interval_ms, LAUNCHER_NAP_MS), PG_WAIT_EXTENSION);

@@ -27,6 +27,9 @@
 
 PG_FUNCTION_INFO_V1(idempo_counters);
 PG_FUNCTION_INFO_V1(idempo_reset_counters);
+PG_FUNCTION_INFO_V1(idempo_workers);
+
+static int	my_slot = -1;			/* this sweeper's slot */
 
 IdempoShared *idempo_shared = NULL;
 
@@ -162,14 +165,52 @@ idempo_slot_register(Oid database_id)
 	}
 	if (free_slot >= 0)
 	{
-		idempo_shared->slots[free_slot].pid = MyProcPid;
-		idempo_shared->slots[free_slot].database_id = database_id;
+		IdempoWorkerSlot *slot = &idempo_shared->slots[free_slot];
+
+		memset(slot, 0, sizeof(*slot));
+		slot->pid = MyProcPid;
+		slot->database_id = database_id;
+		slot->state = WORKER_STARTING;
 	}
 	SpinLockRelease(&idempo_shared->mutex);
 	if (free_slot < 0)
 		return false;
 	before_shmem_exit(slot_release, Int32GetDatum(free_slot));
+	my_slot = free_slot;
 	return true;
+}
+
+/* A sweeper says what it is doing (shown by idempo.workers()). */
+void
+idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at)
+{
+	IdempoWorkerSlot *slot;
+
+	if (my_slot < 0)
+		return;
+	slot = &idempo_shared->slots[my_slot];
+	SpinLockAcquire(&idempo_shared->mutex);
+	slot->state = state;
+	if (swept)
+	{
+		slot->rounds++;
+		slot->last_round_at = GetCurrentTimestamp();
+	}
+	if (state != WORKER_SWEEPING)
+	{
+		slot->wakeups++;
+		slot->next_round_at = next_round_at;
+	}
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+void
+idempo_launcher_report_round(void)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->launcher_rounds++;
+	idempo_shared->launcher_round_at = GetCurrentTimestamp();
+	SpinLockRelease(&idempo_shared->mutex);
 }
 
 /* PID of the sweeper of a database, or 0. */
@@ -288,4 +329,68 @@ idempo_reset_counters(PG_FUNCTION_ARGS)
 	idempo_shared->counters_reset_at = GetCurrentTimestamp();
 	SpinLockRelease(&idempo_shared->mutex);
 	PG_RETURN_VOID();
+}
+
+/*
+ * idempo.workers() RETURNS TABLE(kind text, database_id oid, pid int, state text,
+ *		rounds bigint, wakeups bigint, last_round_at timestamptz, next_round_at timestamptz)
+ */
+Datum
+idempo_workers(PG_FUNCTION_ARGS)
+{
+	static const char *const state_names[] = {"starting", "idle", "sweeping", "disabled"};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdempoWorkerSlot *slots;
+	int			nslots,
+				i;
+	pid_t		launcher_pid;
+	uint64		launcher_rounds;
+	TimestampTz launcher_round_at;
+
+	require_shared("idempo.workers()");
+	InitMaterializedSRF(fcinfo, 0);
+
+	/* copy under the lock, build tuples after */
+	nslots = idempo_shared->nslots;
+	slots = palloc(sizeof(IdempoWorkerSlot) * nslots);
+	SpinLockAcquire(&idempo_shared->mutex);
+	memcpy(slots, idempo_shared->slots, sizeof(IdempoWorkerSlot) * nslots);
+	launcher_pid = idempo_shared->launcher_pid;
+	launcher_rounds = idempo_shared->launcher_rounds;
+	launcher_round_at = idempo_shared->launcher_round_at;
+	SpinLockRelease(&idempo_shared->mutex);
+
+	if (launcher_pid != 0)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {false, true, false, false, false, true, false, true};
+
+		values[0] = CStringGetTextDatum("launcher");
+		values[2] = Int32GetDatum(launcher_pid);
+		values[3] = CStringGetTextDatum(idempo_worker_enabled ? "running" : "disabled");
+		values[4] = Int64GetDatum((int64) launcher_rounds);
+		values[6] = TimestampTzGetDatum(launcher_round_at);
+		nulls[6] = launcher_round_at == 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	for (i = 0; i < nslots; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {false, false, false, false, false, false, false, false};
+
+		if (slots[i].pid == 0)
+			continue;
+		values[0] = CStringGetTextDatum("sweeper");
+		values[1] = ObjectIdGetDatum(slots[i].database_id);
+		values[2] = Int32GetDatum(slots[i].pid);
+		values[3] = CStringGetTextDatum(state_names[slots[i].state]);
+		values[4] = Int64GetDatum((int64) slots[i].rounds);
+		values[5] = Int64GetDatum((int64) slots[i].wakeups);
+		values[6] = TimestampTzGetDatum(slots[i].last_round_at);
+		nulls[6] = slots[i].last_round_at == 0;
+		values[7] = TimestampTzGetDatum(slots[i].next_round_at);
+		nulls[7] = slots[i].next_round_at == 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

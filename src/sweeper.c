@@ -33,6 +33,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 PGDLLEXPORT void idempo_sweeper_main(Datum main_arg);
 
@@ -178,12 +179,19 @@ idempo_sweeper_main(Datum main_arg)
 		}
 		if (idempo_worker_enabled && !RecoveryInProgress())
 		{
+			idempo_slot_report(WORKER_SWEEPING, false, 0);
 			result = sweep_round_guarded();
 			if (result == ROUND_NO_EXTENSION)
 				proc_exit(0);	/* the launcher looks again later */
 		}
 		if (result == ROUND_FULL)
+		{
+			idempo_slot_report(WORKER_SWEEPING, true, 0);
 			continue;
+		}
+		idempo_slot_report(idempo_worker_enabled ? WORKER_IDLE : WORKER_DISABLED,
+						   idempo_worker_enabled && result != ROUND_FAILED,
+						   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 idempo_sweep_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

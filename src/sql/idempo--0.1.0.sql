@@ -268,6 +268,13 @@ CREATE FUNCTION idempo.reset_counters() RETURNS void
     AS 'MODULE_PATHNAME', 'idempo_reset_counters'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The background worker's processes: the launcher and one sweeper per database served.
+CREATE FUNCTION idempo.workers()
+    RETURNS TABLE (kind text, database_id oid, pid integer, state text, rounds bigint,
+                   wakeups bigint, last_round_at timestamptz, next_round_at timestamptz)
+    AS 'MODULE_PATHNAME', 'idempo_workers'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
 -- The time idempo decides with: the system clock shifted by idempo.clock_offset (tests only).
 CREATE FUNCTION idempo.now() RETURNS timestamptz
     AS 'MODULE_PATHNAME', 'idempo_clock_now'

@@ -1,0 +1,148 @@
+# The background worker sweeps without anyone calling sweep(): leases, retention, purge;
+# reloads its settings on SIGHUP; can be switched off; serves every database that has the
+# extension and leaves the others alone; gets out of the way of DROP DATABASE.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('primary');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'idempo'
+idempo.sweep_interval = '300ms'
+max_worker_processes = 16
+});
+$node->start;
+$node->safe_psql('postgres', q{
+CREATE EXTENSION idempo;
+SELECT idempo.create_scope('w', retention => '3 seconds', lease => '1 second', verify_settle => '1 second');
+});
+
+# a sweeper for database postgres is running and visible as such
+$node->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' AND datname = 'postgres'
+}) or die 'no sweeper for database postgres';
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempo launcher'}),
+   '1', 'the launcher is visible in pg_stat_activity');
+
+# an attempt that never completes: lease over -> unknown, retention over -> review; nobody calls sweep()
+$node->safe_psql('postgres', q{SELECT idempo.claim('w', 'lost-reply')});
+$node->poll_query_until('postgres', q{SELECT status = 'unknown' FROM idempo.operations WHERE key = 'lost-reply'})
+  or die 'lease never expired';
+pass('an expired lease became unknown without a call to sweep()');
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.review_queue WHERE key = 'lost-reply'})
+  or die 'never moved to review';
+is($node->safe_psql('postgres', q{SELECT reason || ' ' || status FROM idempo.review_queue WHERE key = 'lost-reply'}),
+   'retention_expired in_review', 'unfinished work past retention is in the review queue');
+
+# a finished record is purged after its retention
+$node->safe_psql('postgres', q{SELECT idempo.claim('w', 'done', complete_on_commit => true)});
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM idempo.operations WHERE key = 'done'})
+  or die 'never purged';
+pass('a finished record past expires_at was purged');
+
+like($node->safe_psql('postgres', q{SELECT string_agg(name || '=' || value, ',' ORDER BY name) FROM idempo.counters()
+                                      WHERE name IN ('moved_to_review', 'purged', 'lease_expired')}),
+     qr/lease_expired=[1-9].*moved_to_review=[1-9].*purged=[1-9]/, 'counters count what the worker did');
+ok($node->log_contains(qr/idempo sweeper: scope "w": .* moved to review/), 'the worker logs what it moved, per scope');
+
+# SIGHUP: a new interval is picked up at once
+$node->append_conf('postgresql.conf', "idempo.sweep_interval = '1h'");
+$node->reload;
+$node->poll_query_until('postgres', q{
+SELECT next_round_at - now() > interval '30 minutes' FROM idempo.workers() w
+JOIN pg_database d ON d.oid = w.database_id WHERE d.datname = 'postgres'
+}) or die 'the new interval was not picked up';
+pass('SIGHUP changed the sweep interval');
+$node->append_conf('postgresql.conf', "idempo.sweep_interval = '200ms'");
+$node->reload;
+$node->poll_query_until('postgres', q{
+SELECT next_round_at - now() < interval '1 second' FROM idempo.workers() w
+JOIN pg_database d ON d.oid = w.database_id WHERE d.datname = 'postgres'
+}) or die 'the short interval was not picked up';
+
+# worker_enabled = off: it keeps waking up but sweeps nothing
+$node->append_conf('postgresql.conf', "idempo.worker_enabled = off");
+$node->reload;
+$node->poll_query_until('postgres', q{SELECT bool_and(state = 'disabled') FROM idempo.workers() WHERE kind = 'sweeper'})
+  or die 'never disabled';
+$node->safe_psql('postgres', q{SELECT idempo.claim('w', 'while-disabled', complete_on_commit => true)});
+my $wakeups = $node->safe_psql('postgres', q{SELECT wakeups FROM idempo.workers() WHERE kind = 'sweeper'});
+my $rounds = $node->safe_psql('postgres', q{SELECT rounds FROM idempo.workers() WHERE kind = 'sweeper'});
+# twenty wake-ups of 200 ms take longer than the 3 s retention of the record
+$node->poll_query_until('postgres', qq{
+SELECT wakeups >= $wakeups + 20 FROM idempo.workers() WHERE kind = 'sweeper'
+}) or die 'the disabled worker stopped waking up';
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations WHERE key = 'while-disabled'}), '1',
+   'worker_enabled = off: an expired record stays');
+is($node->safe_psql('postgres', q{SELECT rounds FROM idempo.workers() WHERE kind = 'sweeper'}), $rounds,
+   'worker_enabled = off: no sweep rounds');
+$node->append_conf('postgresql.conf', "idempo.worker_enabled = on");
+$node->reload;
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM idempo.operations WHERE key = 'while-disabled'})
+  or die 'not swept after enabling again';
+pass('worker_enabled = on: sweeping resumes');
+
+# two databases are both served; a database without the extension is left alone
+$node->safe_psql('postgres', 'CREATE DATABASE second');
+$node->safe_psql('postgres', 'CREATE DATABASE plain');
+$node->safe_psql('second', q{
+CREATE EXTENSION idempo;
+SELECT idempo.create_scope('w2', retention => '2 seconds', lease => '1 second', verify_settle => '1 second');
+SELECT idempo.claim('w2', 'k', complete_on_commit => true);
+});
+$node->poll_query_until('second', q{SELECT count(*) = 0 FROM idempo.operations}) or die 'database second not swept';
+pass('a second database with the extension is swept');
+my $launcher_rounds = $node->safe_psql('postgres', q{SELECT rounds FROM idempo.workers() WHERE kind = 'launcher'});
+$node->poll_query_until('postgres', qq{
+SELECT rounds >= $launcher_rounds + 2 FROM idempo.workers() WHERE kind = 'launcher'
+}) or die 'the launcher stopped';
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE datname = 'plain'}), '0',
+   'a database without the extension has no sweeper connected');
+is($node->safe_psql('plain', q{SELECT count(*) FROM pg_extension WHERE extname = 'idempo'}), '0',
+   'and nothing was installed there');
+
+# CREATE EXTENSION wakes the launcher: a sweeper comes at once
+$node->safe_psql('plain', 'CREATE EXTENSION idempo');
+$node->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' AND datname = 'plain'
+}) or die 'no sweeper after CREATE EXTENSION';
+pass('CREATE EXTENSION starts a sweeper');
+
+# DROP EXTENSION: the sweeper leaves; re-creating it brings one back
+$node->safe_psql('plain', 'DROP EXTENSION idempo');
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = 'plain'})
+  or die 'the sweeper stayed after DROP EXTENSION';
+pass('DROP EXTENSION: the sweeper leaves');
+$node->safe_psql('plain', q{CREATE EXTENSION idempo;
+  SELECT idempo.create_scope('w3', retention => '2 seconds', lease => '1 second', verify_settle => '1 second');
+  SELECT idempo.claim('w3', 'k', complete_on_commit => true);});
+$node->poll_query_until('plain', q{SELECT count(*) = 0 FROM idempo.operations}) or die 'not swept after re-create';
+pass('re-created extension is swept again');
+
+# DROP DATABASE is not blocked by the sweeper connected to it
+$node->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' AND datname = 'second'
+}) or die 'no sweeper in second';
+$node->safe_psql('postgres', 'DROP DATABASE second');
+pass('DROP DATABASE of a swept database succeeds');
+$node->safe_psql('postgres', 'CREATE DATABASE copy TEMPLATE plain');
+pass('CREATE DATABASE ... TEMPLATE of a swept database succeeds');
+
+# an error in a round is logged and survived
+$node->safe_psql('postgres', q{ALTER TABLE idempo.reviews RENAME TO reviews_away});
+$node->safe_psql('postgres', q{SELECT idempo.claim('w', 'during-error')});
+$node->poll_query_until('postgres', q{SELECT value > 0 FROM idempo.counters() WHERE name = 'worker_errors'})
+  or die 'no error counted';
+$node->safe_psql('postgres', q{ALTER TABLE idempo.reviews_away RENAME TO reviews});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.reviews WHERE key = 'during-error'})
+  or die 'the worker did not survive the failing rounds';
+ok($node->log_contains(qr/idempo sweeper: a sweep round in database "postgres" failed/), 'the failure was logged');
+pass('the worker carried on after failing rounds');
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM idempo.check_consistency()'), '0', 'consistent');
+$node->stop;
+ok(!$node->log_contains(qr/terminated by signal/), 'no process crashed');
+done_testing();

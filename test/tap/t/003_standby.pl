@@ -1,0 +1,51 @@
+# A streaming standby runs no idempo worker; after promotion the worker sweeps there.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'idempo'
+idempo.sweep_interval = '200ms'
+});
+$primary->start;
+$primary->safe_psql('postgres', q{
+CREATE EXTENSION idempo;
+SELECT idempo.create_scope('s', retention => '2 seconds', lease => '1 second', verify_settle => '1 second');
+});
+$primary->backup('base');    # pg_basebackup
+
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->start;
+
+# the primary's worker takes the work that arrives; stop it so the standby inherits some
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET idempo.worker_enabled = off; SELECT pg_reload_conf();});
+$primary->poll_query_until('postgres', q{SELECT bool_and(state = 'disabled') FROM idempo.workers() WHERE kind = 'sweeper'})
+  or die 'primary worker not disabled';
+$primary->safe_psql('postgres', q{SELECT idempo.claim('s', 'unfinished')});
+$primary->wait_for_catchup($standby);
+
+is($standby->safe_psql('postgres', q{SELECT pg_is_in_recovery()}), 't', 'the standby is in recovery');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations WHERE key = 'unfinished'}), '1',
+   'the standby has the operation');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'idempo%'}), '0',
+   'no idempo worker runs on the standby');
+like($standby->psql('postgres', q{SELECT * FROM idempo.workers()}, on_error_stop => 0) // '', qr/^\d*$/,
+     'idempo.workers() can be called on the standby');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM idempo.workers()}), '0', 'and lists nobody');
+
+$primary->stop;
+$standby->promote;
+$standby->poll_query_until('postgres', q{SELECT NOT pg_is_in_recovery()}) or die 'not promoted';
+$standby->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempo sweeper'})
+  or die 'no worker after promotion';
+pass('after promotion the worker runs');
+$standby->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.review_queue WHERE key = 'unfinished'})
+  or die 'not swept after promotion';
+pass('after promotion the worker sweeps');
+$standby->stop;
+done_testing();
