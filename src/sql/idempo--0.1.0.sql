@@ -579,6 +579,33 @@ LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
 LEFT JOIN revs ON revs.scope OPERATOR(pg_catalog.=) s.name
 LEFT JOIN cons ON cons.scope OPERATOR(pg_catalog.=) s.name;
 
+-- The top-level fields whose values differ between two parameter documents (store_params scopes).
+CREATE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
+    RETURNS TABLE (field text, stored_value jsonb, incoming_value jsonb)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT COALESCE(s.key, i.key), s.value, i.value
+    FROM jsonb_each(CASE WHEN jsonb_typeof(stored) = 'object' THEN stored ELSE jsonb_build_object('', stored) END) s
+    FULL JOIN jsonb_each(CASE WHEN jsonb_typeof(incoming) = 'object' THEN incoming ELSE jsonb_build_object('', incoming) END) i
+           ON i.key = s.key
+    WHERE s.value IS DISTINCT FROM i.value
+    ORDER BY 1
+$$;
+
+-- Open conflicts, oldest first, with what changed (when the scope stores params).
+CREATE VIEW idempo.conflict_queue AS
+SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
+       idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at AS waiting, c.run_id,
+       o.status AS stored_status, o.target_ref AS stored_target_ref,
+       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
+                   'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
+          FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
+       c.stored_params, c.incoming_params
+FROM idempo.conflicts c
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
+WHERE c.resolved_at IS NULL
+ORDER BY c.first_detected_at, c.id;
+
 -- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
 -- Used by the tests after every fault; cheap enough to run by hand on a live system.
 CREATE FUNCTION idempo.check_consistency()
@@ -621,3 +648,6 @@ $$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
+-- used by the views; harmless
+GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;

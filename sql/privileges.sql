@@ -1,0 +1,179 @@
+-- Least privilege: the three grant sets of the README, each tried by a real role; the
+-- scope's allowed_role; no direct writes to idempo's tables; a hostile search_path.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+DROP ROLE IF EXISTS idempo_app, idempo_reviewer, idempo_admin, idempo_outsider, idempo_app_member;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text;
+BEGIN
+    EXECUTE stmt;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    RETURN st || ': ' || msg;
+END $$;
+GRANT EXECUTE ON FUNCTION pg_temp.err(text) TO PUBLIC;
+
+CREATE ROLE idempo_app;
+CREATE ROLE idempo_reviewer;
+CREATE ROLE idempo_admin;
+CREATE ROLE idempo_outsider;
+CREATE ROLE idempo_app_member IN ROLE idempo_app;
+
+-- The grant sets, exactly as in README.md ("Security").
+-- application
+GRANT USAGE ON SCHEMA idempo TO idempo_app;
+GRANT EXECUTE ON FUNCTION
+    idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
+    idempo.complete(text, text, integer, jsonb, text),
+    idempo.fail(text, text, integer, text, boolean),
+    idempo.verify(text, text, boolean, text, jsonb),
+    idempo.lookup(text, text)
+TO idempo_app;
+-- reviewer
+GRANT USAGE ON SCHEMA idempo TO idempo_reviewer;
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats TO idempo_reviewer;
+GRANT EXECUTE ON FUNCTION
+    idempo.resolve(text, text, text, text, text, jsonb, text),
+    idempo.request_review(text, text, text),
+    idempo.resolve_conflict(bigint, text, text, text),
+    idempo.lookup(text, text)
+TO idempo_reviewer;
+-- administrator
+GRANT USAGE ON SCHEMA idempo TO idempo_admin;
+GRANT SELECT ON idempo.scopes, idempo.stats TO idempo_admin;
+GRANT EXECUTE ON FUNCTION
+    idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean,
+                        boolean, name, text, text, text),
+    idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean,
+                       boolean, name, text, text, text),
+    idempo.disable_scope(text), idempo.enable_scope(text),
+    idempo.sweep(integer), idempo.counters(), idempo.reset_counters(), idempo.workers(),
+    idempo.check_consistency()
+TO idempo_admin;
+
+-- the administrator sets up scopes; nobody else can
+SET ROLE idempo_admin;
+SELECT name FROM idempo.create_scope('orders', retention => '1 hour', lease => '1 minute', verify_settle => '1 minute',
+                                     store_params => true);
+SELECT name FROM idempo.create_scope('orders.app_only', allowed_role => 'idempo_app');
+SELECT * FROM idempo.sweep();
+SELECT count(*) > 0 AS counters FROM idempo.counters();
+SELECT pg_temp.err($$SELECT idempo.claim('orders', 'k')$$) AS admin_claims;
+SELECT pg_temp.err($$SELECT idempo.resolve('orders', 'k', 'failed', 'x')$$) AS admin_resolves;
+RESET ROLE;
+
+-- the application does its job ...
+SET ROLE idempo_app;
+SELECT outcome FROM idempo.claim('orders', 'o-1', '{"q":1,"sku":"A"}');
+SELECT idempo.complete('orders', 'o-1', 1, '{"ok":true}', 'T-1');
+SELECT outcome FROM idempo.claim('orders', 'o-2');
+SELECT idempo.fail('orders', 'o-2', 1, 'e');
+SELECT status FROM idempo.lookup('orders', 'o-1');
+SELECT outcome FROM idempo.claim('orders', 'o-1', '{"q":2,"sku":"A","note":"rush"}');
+-- ... and nothing else: no direct table access, no review, no administration
+SELECT pg_temp.err(stmt) AS refused FROM (VALUES
+    ($$UPDATE idempo.operations SET status = 'succeeded' WHERE key = 'o-2'$$),
+    ($$DELETE FROM idempo.operations$$),
+    ($$INSERT INTO idempo.operations (scope, key, status, attempt, first_seen_at, last_attempt_at) VALUES ('orders', 'x', 'succeeded', 1, now(), now())$$),
+    ($$SELECT * FROM idempo.operations$$),
+    ($$DELETE FROM idempo.conflicts$$),
+    ($$UPDATE idempo.reviews SET resolved_at = now()$$),
+    ($$UPDATE idempo.scopes SET enabled = true$$),
+    ($$SELECT * FROM idempo.review_queue$$),
+    ($$SELECT idempo.resolve('orders', 'o-2', 'succeeded', 'me')$$),
+    ($$SELECT idempo.request_review('orders', 'o-2')$$),
+    ($$SELECT idempo.resolve_conflict(1, 'dismissed', 'me')$$),
+    ($$SELECT idempo.create_scope('mine')$$),
+    ($$SELECT idempo.disable_scope('orders')$$),
+    ($$SELECT * FROM idempo.sweep()$$),
+    ($$SELECT idempo.reset_counters()$$)
+) AS t(stmt);
+RESET ROLE;
+
+-- the reviewer reads the queues and decides, and nothing else
+SET ROLE idempo_reviewer;
+SELECT scope, key, occurrences, changed_fields FROM idempo.conflict_queue;
+SELECT idempo.request_review('orders', 'o-2', 'looks odd') > 0 AS opened;
+SELECT key, reason, detail FROM idempo.review_queue;
+SELECT idempo.resolve('orders', 'o-2', 'not_executed', 'rita');
+SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue LIMIT 1), 'kept_stored', 'rita');
+SELECT pg_temp.err(stmt) AS refused FROM (VALUES
+    ($$SELECT idempo.claim('orders', 'r-1')$$),
+    ($$SELECT idempo.complete('orders', 'o-2', 1)$$),
+    ($$SELECT * FROM idempo.sweep()$$),
+    ($$SELECT idempo.create_scope('mine')$$),
+    ($$UPDATE idempo.operations SET status = 'failed'$$),
+    ($$SELECT * FROM idempo.reviews$$)
+) AS t(stmt);
+RESET ROLE;
+
+-- allowed_role: EXECUTE is not enough, the role must be a member
+GRANT EXECUTE ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
+    idempo.complete(text, text, integer, jsonb, text), idempo.fail(text, text, integer, text, boolean),
+    idempo.verify(text, text, boolean, text, jsonb) TO idempo_outsider;
+GRANT USAGE ON SCHEMA idempo TO idempo_outsider;
+SET ROLE idempo_app_member;
+SELECT outcome FROM idempo.claim('orders.app_only', 'm-1');
+RESET ROLE;
+SET ROLE idempo_outsider;
+SELECT pg_temp.err(stmt) AS outsider FROM (VALUES
+    ($$SELECT idempo.claim('orders.app_only', 'm-2')$$),
+    ($$SELECT idempo.complete('orders.app_only', 'm-1', 1)$$),
+    ($$SELECT idempo.fail('orders.app_only', 'm-1', 1)$$),
+    ($$SELECT idempo.verify('orders.app_only', 'm-1', true)$$)
+) AS t(stmt);
+SELECT outcome FROM idempo.claim('orders', 'outsider-in-open-scope');
+RESET ROLE;
+SELECT key, status FROM idempo.operations WHERE scope = 'orders.app_only';
+
+-- PUBLIC has nothing but fingerprint() and the views' helpers
+SELECT p.proname FROM pg_proc p
+WHERE p.pronamespace = 'idempo'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')
+ORDER BY 1;
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = 'idempo'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+  AND has_table_privilege('public', c.oid, 'SELECT')
+ORDER BY 1;
+
+-- SECURITY DEFINER functions all pin their search_path
+SELECT p.proname, p.proconfig FROM pg_proc p
+WHERE p.pronamespace = 'idempo'::regnamespace AND p.prosecdef
+  AND NOT ('search_path=pg_catalog, pg_temp' = ANY (coalesce(p.proconfig, '{}')))
+ORDER BY 1;
+
+-- A hostile search_path: look-alikes of pg_catalog's operators and functions earlier on the
+-- path change no decision.
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.always(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.always);
+CREATE FUNCTION evil.never(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT false';
+CREATE OPERATOR evil.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.never);
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS $$SELECT '2000-01-01'::timestamptz$$;
+CREATE FUNCTION evil.to_jsonb(anyelement) RETURNS jsonb LANGUAGE sql AS $$SELECT '"hijacked"'::jsonb$$;
+CREATE FUNCTION evil.unnest(text[]) RETURNS SETOF text LANGUAGE sql AS $$SELECT 'hijacked'$$;
+CREATE FUNCTION evil.jsonb_each(jsonb) RETURNS TABLE (key text, value jsonb) LANGUAGE sql AS $$SELECT 'x', 'null'::jsonb$$;
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+SET search_path = evil, pg_catalog, public;
+SELECT outcome FROM idempo.claim('orders', 'e-1', '{"q":1}');
+SELECT outcome FROM idempo.claim('orders', 'e-1', '{"q":1}');
+SELECT outcome FROM idempo.claim('orders', 'e-1', '{"q":2}');
+SELECT outcome FROM idempo.claim('orders', 'e-2');
+SELECT idempo.complete('orders', 'e-2', 1);
+SELECT idempo.request_review('orders', 'e-1', 'hostile path') > 0 AS review;
+SELECT reason, snapshot->>'status' AS snapshot_status FROM idempo.review_queue WHERE key = 'e-1';
+SELECT changed_fields FROM idempo.conflict_queue WHERE key = 'e-1';
+SET idempo.clock_offset = '2h';
+SELECT * FROM idempo.sweep();
+RESET idempo.clock_offset;
+RESET search_path;
+SELECT key, status FROM idempo.operations WHERE scope = 'orders' ORDER BY key;
+SELECT count(*) AS problems FROM idempo.check_consistency();
+SET client_min_messages = warning;
+DROP SCHEMA evil CASCADE;
+DROP EXTENSION idempo CASCADE;
+DROP OWNED BY idempo_app_member, idempo_app, idempo_reviewer, idempo_admin, idempo_outsider;
+DROP ROLE idempo_app_member, idempo_app, idempo_reviewer, idempo_admin, idempo_outsider;
