@@ -78,13 +78,15 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	 * may finish while the operation is in_progress, unknown (its reply came
 	 * late) or retryable (someone concluded "not executed", but the attempt's
 	 * own reply proves what happened; once a new attempt is acquired, the
-	 * old one is fenced).  It changes no indexed column (sweep_at stays as it
-	 * is: early is allowed), so it can be a HOT update.  $10 admits a row this
-	 * transaction already made 'succeeded' with complete_on_commit.
+	 * old one is fenced).  It normally changes no indexed column (sweep_at
+	 * only moves if the new expiry is earlier, e.g. after the clock stepped
+	 * back), so it can be a HOT update.  $10 admits a row this transaction
+	 * already made 'succeeded' with complete_on_commit.
 	 */
 	[PLAN_OP_FINISH] = {
 		"UPDATE idempo.operations SET status = $4::idempo.status, result = $5, target_ref = $6, "
-		"error = $7, completed_at = $8, expires_at = $9, lease_expires_at = NULL "
+		"error = $7, completed_at = $8, expires_at = $9, lease_expires_at = NULL, "
+		"sweep_at = LEAST(sweep_at, $9) "
 		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 "
 		"AND attempt OPERATOR(pg_catalog.=) $3 "
 		"AND (status OPERATOR(pg_catalog.=) 'in_progress'::idempo.status "

@@ -256,8 +256,10 @@ idempo_request_review(PG_FUNCTION_ARGS)
 								   now);
 	if (r.status != STATUS_IN_REVIEW)
 	{
+		/* in review nothing expires: a person decides (completed_at stays as history) */
 		r.status = STATUS_IN_REVIEW;
 		r.lease_expires_at = DT_NOBEGIN;
+		r.expires_at = DT_NOBEGIN;
 		r.sweep_at = DT_NOBEGIN;
 		op_row_write(s->name, key, &r);
 		idempo_log_event(s, key, NULL, r.attempt, from, r.status, -1, "request_review", now,

@@ -316,6 +316,12 @@ BEGIN
         RAISE EXCEPTION 'verify_settle of scope "%" must be positive, not %', s.name, s.verify_settle
             USING ERRCODE = '22023', HINT = 'Give an interval such as ''1 minute''.';
     END IF;
+    IF s.retention > '100 years'::interval OR s.lease > '100 years'::interval
+       OR s.verify_settle > '100 years'::interval THEN
+        RAISE EXCEPTION 'timings of scope "%" must be at most 100 years (retention %, lease %, verify_settle %)',
+            s.name, s.retention, s.lease, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Records are kept for the retention; give a realistic interval.';
+    END IF;
     IF s.lease >= s.retention OR s.verify_settle >= s.retention THEN
         RAISE EXCEPTION 'lease (%) and verify_settle (%) of scope "%" must be shorter than its retention (%)',
             s.lease, s.verify_settle, s.name, s.retention
