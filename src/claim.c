@@ -398,12 +398,12 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 }
 
 static bool
-bool_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+bool_arg(FunctionCallInfo fcinfo, int argno, const char *name, const ClaimArgs *a)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name),
+				 errmsg("%s must not be NULL (key \"%s\" in scope \"%s\")", name, a->key, a->scope->name),
 				 errhint("Pass true or false, or leave the argument out for its default.")));
 	return PG_GETARG_BOOL(argno);
 }
@@ -425,8 +425,6 @@ idempo_claim(PG_FUNCTION_ARGS)
 	memset(&a, 0, sizeof(a));
 	memset(&ans, 0, sizeof(ans));
 	ans.from_status = -1;
-	a.wait = bool_arg(fcinfo, 6, "wait");
-	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit");
 	a.params = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
 	a.run_id = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(4));
 	if (!PG_ARGISNULL(5))
@@ -440,6 +438,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.scope = idempo_scope_get(scope_name);
 	a.key = idempo_key_arg(fcinfo, 1, a.scope);
 	idempo_scope_check_use(a.scope, a.key, a.user);
+	a.wait = bool_arg(fcinfo, 6, "wait", &a);
+	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 
 	if (a.params != NULL && !PG_ARGISNULL(3))
 		ereport(ERROR,

@@ -33,6 +33,7 @@ typedef struct FinishArgs
 	Datum		result;			/* jsonb or 0 */
 	Datum		target_ref;		/* text or 0 */
 	Datum		error;			/* text or 0 */
+	bool		retryable_null;	/* fail(..., retryable => NULL): refused */
 } FinishArgs;
 
 /* Which attempt the call finishes: the one given, or the one this transaction acquired. */
@@ -110,6 +111,11 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	f->scope = idempo_scope_get(scope_name);
 	f->key = idempo_key_arg(fcinfo, 1, f->scope);
 	idempo_scope_check_use(f->scope, f->key, session.save_userid);
+	if (f->retryable_null)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("retryable must not be NULL (key \"%s\" in scope \"%s\")", f->key, f->scope->name),
+				 errhint("true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.")));
 	resolve_attempt(fcinfo, attempt_argno, f, verb);
 	now = idempo_now();
 
@@ -170,12 +176,8 @@ idempo_fail(PG_FUNCTION_ARGS)
 	FinishArgs	f;
 
 	memset(&f, 0, sizeof(f));
-	if (PG_ARGISNULL(4))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("retryable must not be NULL"),
-				 errhint("true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.")));
-	f.to = PG_GETARG_BOOL(4) ? STATUS_RETRYABLE : STATUS_FAILED;
+	f.retryable_null = PG_ARGISNULL(4);
+	f.to = (f.retryable_null || PG_GETARG_BOOL(4)) ? STATUS_RETRYABLE : STATUS_FAILED;
 	f.error = PG_ARGISNULL(3) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(3));
 	PG_RETURN_DATUM(finish(fcinfo, &f, 2, "fail"));
 }

@@ -80,17 +80,16 @@ idempo_verify(PG_FUNCTION_ARGS)
 	IdempoStatus from;
 	TimestampTz now;
 
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("found must not be NULL"),
-				 errhint("Pass found => true if the target system has the action, false if its lookup came back empty.")));
-	found = PG_GETARG_BOOL(2);
-
 	idempo_spi_begin(&session);
 	s = idempo_scope_get(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
 	idempo_scope_check_use(s, key, session.save_userid);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("found must not be NULL (key \"%s\" in scope \"%s\")", key, s->name),
+				 errhint("Pass found => true if the target system has the action, false if its lookup came back empty.")));
+	found = PG_GETARG_BOOL(2);
 	now = idempo_now();
 	read_locked(s, key, &r, "verify");
 	from = r.status;
