@@ -6,26 +6,26 @@
  *
  * Protocol, for one (scope, key):
  *
- * 1. Take a transaction-level lock on the key (an advisory lock tag of our
- *	  own, see lock_key).  It serializes claims of one key until the holder's
- *	  transaction ends, so that a second claim sees what the first one left
- *	  behind (committed: its record; rolled back: nothing).  wait => false
- *	  only tries it, and answers 'busy' at once when another transaction
- *	  holds it.
- * 2. The common case, a new key, is then one statement:
+ * 1. The common case, a new key, is one statement:
  *	  INSERT ... ON CONFLICT (scope, key) DO NOTHING.  A row inserted means
- *	  'acquired'.
- * 3. Otherwise the record is read FOR UPDATE (SKIP LOCKED with
- *	  wait => false), and decide_existing() applies the rules of the spec in
- *	  their order: expiry first (a finished record past expires_at counts as
- *	  absent; unfinished work past retention goes to review; a lease that ran
- *	  out makes the attempt 'unknown', or is re-acquired in 'retry' scopes),
- *	  then the fingerprint comparison ('conflict', recorded durably by
- *	  conflicts.c), then the status.
+ *	  'acquired'.  If another transaction inserted the key and has not ended
+ *	  yet, the INSERT waits for it (the unique index does that), so a second
+ *	  claim sees what the first one left behind: committed, its record;
+ *	  rolled back, nothing (and this claim inserts).
+ * 2. Otherwise the record is read FOR UPDATE, and decide_existing() applies
+ *	  the rules of the spec in their order: expiry first (a finished record
+ *	  past expires_at counts as absent; unfinished work past retention goes to
+ *	  review; a lease that ran out makes the attempt 'unknown', or is
+ *	  re-acquired in 'retry' scopes), then the fingerprint comparison
+ *	  ('conflict', recorded durably by conflicts.c), then the status.
+ * 3. wait => false must not wait for anyone: the same steps run in a
+ *	  subtransaction with lock_timeout = 1ms, the record is read FOR UPDATE
+ *	  SKIP LOCKED, and any lock wait ends the subtransaction with 'busy'.
  *
- * Every time is computed here and passed as a parameter.  The lock and the
- * row lock are node-local: on Citus this stays correct because every call
- * for one key is delegated to the node that owns the key's shard.
+ * No lock outlives these statements but the row's own, so a transaction can
+ * claim any number of keys.  Every time is computed here and passed as a
+ * parameter.  Row locks are node-local: on Citus this stays correct because
+ * every call for one key is delegated to the node that owns the key's shard.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,19 +33,16 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "op_row.h"
 
 PG_FUNCTION_INFO_V1(idempo_claim);
-
-/* locktag_field4 of our advisory locks, to keep clear of pg_advisory_lock's (1 and 2) */
-#define IDEMPO_LOCK_CLASS 0x1de0
 
 typedef struct ClaimArgs
 {
@@ -75,22 +72,6 @@ typedef struct ClaimAnswer
 	uint8		stored_fingerprint[IDEMPO_DIGEST_LEN];
 	Jsonb	   *stored_params;
 } ClaimAnswer;
-
-/*
- * Locks the key for the rest of the transaction.  Returns false if
- * dont_wait and another transaction holds it.
- */
-static bool
-lock_key(const char *scope, const char *key, bool dont_wait)
-{
-	LOCKTAG		tag;
-	uint64		h;
-
-	h = hash_bytes_extended((const unsigned char *) scope, strlen(scope), 0);
-	h = hash_bytes_extended((const unsigned char *) key, strlen(key), h);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, IDEMPO_LOCK_CLASS);
-	return LockAcquire(&tag, ExclusiveLock, false, dont_wait) != LOCKACQUIRE_NOT_AVAIL;
-}
 
 /* The state of a freshly acquired attempt (attempt and first_seen_at set by the caller). */
 static void
@@ -340,6 +321,50 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
 			 errhint("Retry the transaction.")));
 }
 
+/*
+ * claim_locked() for wait => false: in a subtransaction, with any lock wait
+ * cut short.  Returns false (everything undone) if it would have had to wait.
+ */
+static bool
+claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool done = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			nest = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", "1ms", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		claim_locked(ans, a);
+		AtEOXact_GUC(true, nest);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		done = false;
+	}
+	PG_END_TRY();
+	return done;
+}
+
 static Datum
 build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 {
@@ -349,9 +374,18 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 	OpRow	   *r = &ans->row;
 	bool		replay = ans->outcome == OUTCOME_REPLAY;
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idempo.claim must return a composite type");
-	desc = BlessTupleDesc(desc);
+	/* the result's descriptor, looked up once per call site */
+	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "idempo.claim must return a composite type");
+		desc = BlessTupleDesc(desc);
+		fcinfo->flinfo->fn_extra = desc;
+		MemoryContextSwitchTo(old);
+	}
 
 	memset(nulls, true, sizeof(nulls));
 	values[0] = idempo_outcome_datum(ans->outcome);
@@ -472,16 +506,16 @@ idempo_claim(PG_FUNCTION_ARGS)
 						a.scope->name, a.key),
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
-	if (!lock_key(a.scope->name, a.key, !a.wait))
+	a.now = idempo_now();
+	if (a.wait)
+		claim_locked(&ans, &a);
+	else if (!claim_without_waiting(&ans, &a))
 	{
 		/* another transaction is working on the key right now */
+		memset(&ans, 0, sizeof(ans));
+		ans.from_status = -1;
 		ans.outcome = OUTCOME_BUSY;
 		ans.has_row = op_row_read(a.scope->name, a.key, &ans.row, OP_READ_PLAIN);
-	}
-	else
-	{
-		a.now = idempo_now();
-		claim_locked(&ans, &a);
 	}
 
 	idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,

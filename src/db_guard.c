@@ -2,7 +2,8 @@
  *
  * db_guard.c
  *	  A utility hook that keeps the sweepers out of the way of database DDL,
- *	  and tells the launcher about CREATE EXTENSION idempo at once.
+ *	  and tells the launcher about CREATE EXTENSION idempo as soon as it
+ *	  commits.
  *
  * DROP DATABASE, ALTER DATABASE ... RENAME / SET TABLESPACE and CREATE
  * DATABASE ... TEMPLATE x refuse to run while other sessions are connected
@@ -15,6 +16,7 @@
  */
 #include "idempo.h"
 
+#include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
@@ -27,6 +29,19 @@
 #define STOP_WAIT_MS 5000		/* how long we wait for the sweeper to leave */
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+static bool wake_launcher_at_commit = false;
+
+/* CREATE EXTENSION idempo committed: now a sweeper will find it */
+static void
+db_guard_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && wake_launcher_at_commit)
+		idempo_wake_launcher();
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		wake_launcher_at_commit = false;
+}
 
 /* Stops the sweeper of a database and holds the launcher off. */
 static void
@@ -105,9 +120,8 @@ idempo_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnly
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 
-	/* the sweeper may start before this transaction commits: it will simply look again */
 	if (created_idempo)
-		idempo_wake_launcher();
+		wake_launcher_at_commit = true;
 }
 
 void
@@ -115,4 +129,5 @@ idempo_install_utility_hook(void)
 {
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = idempo_ProcessUtility;
+	RegisterXactCallback(db_guard_xact_callback, NULL);
 }

@@ -258,6 +258,7 @@ typedef struct IdempoShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	bool		recheck_requested;
+	uint64		extension_generation;	/* bumped by every CREATE EXTENSION idempo */
 	uint64		launcher_rounds;
 	TimestampTz launcher_round_at;
 	Oid			held_database;	/* a database DDL needs without connections */
@@ -279,6 +280,7 @@ extern bool idempo_database_held(Oid database_id, TimestampTz now);
 extern void idempo_launcher_register(void);
 extern void idempo_wake_launcher(void);
 extern bool idempo_take_recheck_request(void);
+extern uint64 idempo_extension_generation(void);
 extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at);
 extern void idempo_launcher_report_round(void);
 

@@ -50,6 +50,7 @@ typedef struct ServedDatabase
 	Oid			database_id;	/* hash key */
 	BackgroundWorkerHandle *handle;
 	TimestampTz next_start;		/* do not start a sweeper before this */
+	uint64		started_generation;	/* extension_generation when it was started */
 	bool		seen;			/* still in pg_database and listed */
 } ServedDatabase;
 
@@ -88,6 +89,7 @@ start_sweeper(ServedDatabase *db, const char *name)
 	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo sweeper");
 	worker.bgw_main_arg = ObjectIdGetDatum(db->database_id);
 	worker.bgw_notify_pid = MyProcPid;
+	db->started_generation = idempo_extension_generation();
 	/* the handle outlives this round's transaction */
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	started = RegisterDynamicBackgroundWorker(&worker, &db->handle);
@@ -104,10 +106,15 @@ sweeper_running(ServedDatabase *db)
 		return false;
 	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
 		return true;
-	/* it stopped (no extension, unlisted, or told to): look again later */
+	/*
+	 * It stopped (no extension, unlisted, or told to): look again later, or
+	 * at once if CREATE EXTENSION ran since it started (it may have looked
+	 * just before the extension was there).
+	 */
 	pfree(db->handle);
 	db->handle = NULL;
-	db->next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+	db->next_start = idempo_extension_generation() != db->started_generation ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
 	return false;
 }
 

@@ -9,6 +9,14 @@
  * the statement: argument types are then all built-in, and the plan cache
  * can re-analyse a kept plan by itself after DROP/CREATE EXTENSION.
  *
+ * Plans must not depend on table statistics: right after a VACUUM of an
+ * emptied idempo.operations the planner believes the table is empty and
+ * would plan a primary-key lookup as a sequential scan, and the plan would
+ * stay until the next ANALYZE.  Every statement here is meant to use an
+ * index, so plans are generic (CURSOR_OPT_GENERIC_PLAN: built only when
+ * invalid) and are built with sequential scans, hash and merge joins
+ * disabled.  The settings apply only while a plan is being built.
+ *
  * idempo_spi_begin/end switch to the extension owner around SPI, as
  * ri_triggers.c does for foreign keys: callers need EXECUTE on the
  * functions, not rights on the tables, and the state machine cannot be
@@ -20,6 +28,7 @@
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 /* Columns of an operation as read and written by the claim path (see OpCol in claim.c). */
 #define OP_COLUMNS \
@@ -213,7 +222,7 @@ idempo_plan(IdempoPlanId id)
 
 	for (i = 0; i < nargs; i++)
 		argtypes[i] = plan_arg_type(def->args[i]);
-	plan = SPI_prepare(def->sql, nargs, argtypes);
+	plan = SPI_prepare_cursor(def->sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s", def->sql,
 			 SPI_result_code_string(SPI_result));
@@ -223,13 +232,35 @@ idempo_plan(IdempoPlanId id)
 	return plan;
 }
 
+/* Runs a statement whose plan must be (re)built, with index access forced (see above). */
+static int
+execute_replanning(SPIPlanPtr plan, Datum *values, const char *nulls, long tcount)
+{
+	int			nest = NewGUCNestLevel();
+	int			rc;
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_hashjoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute_plan(plan, values, nulls, false, tcount);
+	AtEOXact_GUC(true, nest);
+	return rc;
+}
+
 /* Runs one kept statement; returns SPI_processed. */
 int
 idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
 {
+	SPIPlanPtr	plan = idempo_plan(id);
 	int			rc;
 
-	rc = SPI_execute_plan(idempo_plan(id), values, nulls, false, tcount);
+	if (likely(SPI_plan_is_valid(plan)))
+		rc = SPI_execute_plan(plan, values, nulls, false, tcount);
+	else
+		rc = execute_replanning(plan, values, nulls, tcount);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", plan_defs[id].sql,
 			 SPI_result_code_string(rc));

@@ -269,6 +269,7 @@ idempo_wake_launcher(void)
 		return;
 	SpinLockAcquire(&idempo_shared->mutex);
 	idempo_shared->recheck_requested = true;
+	idempo_shared->extension_generation++;
 	if (idempo_shared->launcher_pid != 0)
 		latch = idempo_shared->launcher_latch;
 	SpinLockRelease(&idempo_shared->mutex);
@@ -286,6 +287,17 @@ idempo_take_recheck_request(void)
 	idempo_shared->recheck_requested = false;
 	SpinLockRelease(&idempo_shared->mutex);
 	return requested;
+}
+
+uint64
+idempo_extension_generation(void)
+{
+	uint64		generation;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	generation = idempo_shared->extension_generation;
+	SpinLockRelease(&idempo_shared->mutex);
+	return generation;
 }
 
 /* ---- SQL ---- */
