@@ -90,7 +90,7 @@ SELECT pg_temp.err($$SELECT idempo.complete('ship.retry', 'order-5', 1)$$);
 SET idempo.clock_offset = '12min';
 -- max_attempts (2) used: review instead of a third attempt
 SELECT outcome, status, attempt, review_id IS NOT NULL AS has_review FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
-SELECT scope, key, reason, operation->>'status' AS status_at_entry, operation->>'attempt' AS attempt_at_entry, detail
+SELECT scope, key, reason, (operation).status AS status_at_entry, (operation).attempt AS attempt_at_entry, detail
 FROM idempo.reviews WHERE key = 'order-5';
 SELECT outcome, status FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
 RESET idempo.clock_offset;
@@ -108,7 +108,7 @@ SELECT outcome FROM idempo.claim('ship', 'order-7', '{"x":1}');
 SELECT idempo.fail('ship', 'order-7', 1, 'e');
 SET idempo.clock_offset = '25h';
 SELECT outcome, status, attempt, review_id IS NOT NULL AS has_review FROM idempo.claim('ship', 'order-7', '{"x":1}');
-SELECT reason, operation->>'status' AS status_at_entry FROM idempo.reviews WHERE key = 'order-7';
+SELECT reason, (operation).status AS status_at_entry FROM idempo.reviews WHERE key = 'order-7';
 -- ... and a finished record past expires_at counts as absent: the key starts afresh
 SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-1', '{"sku":"B"}');
 SELECT * FROM pg_temp.op('ship', 'order-1');

@@ -111,7 +111,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 	[PLAN_REVIEW_OPEN] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
-		"SELECT o.scope, o.key, $3, $4, pg_catalog.to_jsonb(o.*), $5 FROM idempo.operations o "
+		"SELECT o.scope, o.key, $3, $4, o, $5 FROM idempo.operations o "
 		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2 "
 		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id",
 		"tttTt"
@@ -150,7 +150,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 	[PLAN_SWEEP_REVIEW] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
-		"SELECT o.scope, o.key, 'retention_expired', $3, pg_catalog.to_jsonb(o.*) "
+		"SELECT o.scope, o.key, 'retention_expired', $3, o "
 		"FROM idempo.operations o "
 		"JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
 		"ON o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key "

@@ -129,7 +129,7 @@ CREATE TABLE idempo.reviews (
     key         text        NOT NULL,
     reason      text        NOT NULL,
     opened_at   timestamptz NOT NULL,
-    operation   jsonb,
+    operation   idempo.operations,    -- the row when it entered review (cheap to copy; JSON in review_queue)
     detail      text,
     resolved_at timestamptz,
     resolved_by text,
@@ -142,7 +142,6 @@ CREATE TABLE idempo.reviews (
 ALTER SEQUENCE idempo.reviews_id_seq OWNED BY idempo.reviews.id;
 -- At most one open review per operation.
 CREATE UNIQUE INDEX reviews_open_idx ON idempo.reviews (scope, key) WHERE resolved_at IS NULL;
-CREATE INDEX reviews_opened_at_idx ON idempo.reviews (opened_at) WHERE resolved_at IS NULL;
 COMMENT ON TABLE idempo.reviews IS 'Operations a person must decide on, with a snapshot taken when they entered review.';
 
 CREATE SEQUENCE idempo.events_id_seq;
@@ -548,7 +547,7 @@ CREATE VIEW idempo.review_queue AS
 SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
        idempo.now() OPERATOR(pg_catalog.-) r.opened_at AS waiting,
        o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
-       r.detail, r.operation AS snapshot
+       r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
 FROM idempo.reviews r
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key

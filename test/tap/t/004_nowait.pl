@@ -1,0 +1,50 @@
+# wait => false answers busy while another transaction holds the key, without waiting for it:
+# the holder keeps its transaction open until the busy answer has arrived (a claim that waited
+# would run into its statement_timeout instead); afterwards it answers from what the holder left.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('nowait');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempo'");
+$node->start;
+$node->safe_psql('postgres', q{CREATE EXTENSION idempo; SELECT idempo.create_scope('nw');});
+
+sub nowait
+{
+	my ($key) = @_;
+	return $node->safe_psql('postgres', qq{
+SET statement_timeout = '20s';
+SELECT outcome || ' ' || coalesce(status::text, '-') FROM idempo.claim('nw', '$key', wait => false);
+});
+}
+
+for my $end ('COMMIT', 'ROLLBACK')
+{
+	my $key = lc($end);
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(qq{SELECT idempo.claim('nw', '$key', complete_on_commit => true)});
+
+	is(nowait($key), 'busy -', "busy while another transaction holds the new key (then $end)");
+	# an existing, committed record locked by a transaction in flight: busy too
+	$holder->query_safe($end);
+	$holder->quit;
+	is(nowait($key), $end eq 'COMMIT' ? 'replay succeeded' : 'acquired in_progress',
+	   "after the holder's $end the claim answers from what it left");
+}
+
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{SELECT idempo.complete('nw', 'rollback', 1)});
+is(nowait('rollback'), 'busy in_progress', 'busy while another transaction completes the key');
+$holder->query_safe('COMMIT');
+$holder->quit;
+is(nowait('rollback'), 'replay succeeded', 'then replay');
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM idempo.check_consistency()'), '0', 'consistent');
+$node->stop;
+done_testing();
