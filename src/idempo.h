@@ -12,7 +12,7 @@
  *	                        |      --fail(final)--> failed
  *	                        +--lease runs out--> unknown   (scope on_lease_expiry = 'unknown')
  *	                        +--lease runs out--> in_progress, attempt+1 (on_lease_expiry = 'retry')
- *	 unknown --complete/fail of the same attempt (a late reply)--> succeeded/failed/retryable
+ *	 unknown/retryable --complete/fail of the current attempt (a late reply)--> succeeded/failed/retryable
  *	 unknown --verify(found)--> succeeded; --verify(not found, settle window passed)--> retryable
  *	 in_progress/retryable/unknown --first_seen_at + retention passed--> in_review
  *	 retryable with max_attempts used --claim--> in_review
