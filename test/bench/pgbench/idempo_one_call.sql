@@ -1,0 +1,8 @@
+-- idempo, one-call form: claim(..., complete_on_commit => true) and the business write.
+\set k random(100000000000000, 999999999999999)
+\set q random(1, 1000)
+BEGIN;
+SELECT (idempo.claim('bench', 'k' || :k, params => jsonb_build_object('sku', 'A-7', 'qty', :q::int),
+                     complete_on_commit => true)).outcome;
+INSERT INTO shipments (order_ref, sku, qty) VALUES ('k' || :k, 'A-7', :q);
+END;
