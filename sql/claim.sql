@@ -4,15 +4,6 @@ DROP EXTENSION IF EXISTS idempo CASCADE;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 -- The record of one key, without times that change from run to run.
 CREATE FUNCTION pg_temp.op(s text, k text) RETURNS TABLE (status idempo.status, attempt int, run_id text,
@@ -86,7 +77,7 @@ SELECT name FROM idempo.create_scope('ship.retry', on_lease_expiry => 'retry', m
 SELECT outcome, attempt FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
 SET idempo.clock_offset = '6min';
 SELECT outcome, status, attempt FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
-SELECT pg_temp.err($$SELECT idempo.complete('ship.retry', 'order-5', 1)$$);
+SELECT regress.err($$SELECT idempo.complete('ship.retry', 'order-5', 1)$$);
 SET idempo.clock_offset = '12min';
 -- max_attempts (2) used: review instead of a third attempt
 SELECT outcome, status, attempt, review_id IS NOT NULL AS has_review FROM idempo.claim('ship.retry', 'order-5', '{"x":1}');
@@ -142,7 +133,7 @@ SELECT * FROM pg_temp.op('ship', 'order-11');
 
 -- require_fingerprint
 SELECT name FROM idempo.create_scope('strict', require_fingerprint => true);
-SELECT pg_temp.err($$SELECT idempo.claim('strict', 'k')$$);
+SELECT regress.err($$SELECT idempo.claim('strict', 'k')$$);
 SELECT outcome FROM idempo.claim('strict', 'k', '{"a":1}');
 
 -- hash_keys: only the digest is stored; lookup and complete take the clear key

@@ -4,15 +4,6 @@ DROP EXTENSION IF EXISTS idempo CASCADE;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 SELECT name FROM idempo.create_scope('pay', retention => '1 day', lease => '5 minutes');
 
@@ -31,13 +22,13 @@ COMMIT;
 SELECT status, result FROM idempo.operations WHERE key = 'inv-2';
 -- ... and only in that transaction
 SELECT outcome FROM idempo.claim('pay', 'inv-3');
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-3')$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-3')$$);
 -- ... and not what a rolled-back savepoint acquired
 BEGIN;
 SAVEPOINT s;
 SELECT outcome FROM idempo.claim('pay', 'inv-4');
 ROLLBACK TO SAVEPOINT s;
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-4')$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-4')$$);
 SAVEPOINT t;
 SELECT outcome FROM idempo.claim('pay', 'inv-4');
 RELEASE SAVEPOINT t;
@@ -58,19 +49,19 @@ FROM idempo.operations WHERE key = 'inv-3';
 SELECT outcome FROM idempo.claim('pay', 'inv-5');
 SELECT idempo.fail('pay', 'inv-5', 1, 'reset');
 SELECT outcome, attempt FROM idempo.claim('pay', 'inv-5');
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-5', 1, '{"stale":true}')$$);
-SELECT pg_temp.err($$SELECT idempo.fail('pay', 'inv-5', 1, 'late')$$);
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-5', 3)$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-5', 1, '{"stale":true}')$$);
+SELECT regress.err($$SELECT idempo.fail('pay', 'inv-5', 1, 'late')$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-5', 3)$$);
 SELECT status, attempt, result FROM idempo.operations WHERE key = 'inv-5';
 SELECT idempo.complete('pay', 'inv-5', 2, '{"ok":true}');
 
 -- refusals on records that are not in progress, and on absent ones
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-1', 1)$$);
-SELECT pg_temp.err($$SELECT idempo.fail('pay', 'inv-1', 1)$$);
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'nothing', 1)$$);
-SELECT pg_temp.err($$SELECT idempo.fail('pay', 'nothing', 1, 'x', NULL)$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-1', 1)$$);
+SELECT regress.err($$SELECT idempo.fail('pay', 'inv-1', 1)$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'nothing', 1)$$);
+SELECT regress.err($$SELECT idempo.fail('pay', 'nothing', 1, 'x', NULL)$$);
 SELECT outcome FROM idempo.claim('pay', 'inv-6', intent_at => now() - interval '2 days');
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-6', 0)$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-6', 0)$$);
 -- a late reply of the current attempt still counts after it was declared retryable
 -- (it says what happened); once a new attempt is acquired, the old one is fenced
 SELECT outcome FROM idempo.claim('pay', 'inv-7');
@@ -79,7 +70,7 @@ SELECT idempo.complete('pay', 'inv-7', 1, '{"late":true}');
 SELECT outcome FROM idempo.claim('pay', 'inv-8');
 SELECT idempo.fail('pay', 'inv-8', 1);
 SELECT outcome, attempt FROM idempo.claim('pay', 'inv-8');
-SELECT pg_temp.err($$SELECT idempo.complete('pay', 'inv-8', 1)$$);
+SELECT regress.err($$SELECT idempo.complete('pay', 'inv-8', 1)$$);
 
 -- audit: every claim outcome and transition is an event
 SELECT name FROM idempo.create_scope('pay.audited', audit => true);

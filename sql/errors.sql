@@ -4,15 +4,6 @@ DROP EXTENSION IF EXISTS idempo CASCADE;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 CREATE FUNCTION pg_temp.snapshot() RETURNS text LANGUAGE sql AS $$
     SELECT md5(coalesce((SELECT string_agg(o::text, ',' ORDER BY scope, key) FROM idempo.operations o), '')
@@ -24,7 +15,7 @@ SELECT name FROM idempo.create_scope('e', retention => '1 hour', lease => '1 min
 SELECT outcome FROM idempo.claim('e', 'existing', '{"a":1}');
 CREATE TEMP TABLE before AS SELECT pg_temp.snapshot() AS s;
 
-SELECT pg_temp.err(stmt) FROM (VALUES
+SELECT regress.err(stmt) FROM (VALUES
     ($$SELECT idempo.claim(NULL, 'k')$$),
     ($$SELECT idempo.claim('', 'k')$$),
     ($$SELECT idempo.claim(repeat('s', 200), 'k')$$),
@@ -45,7 +36,7 @@ SELECT pg_temp.err(stmt) FROM (VALUES
 
 -- The longest key allowed is 1024 bytes, counted in bytes, not characters.
 SELECT outcome FROM idempo.claim('e', repeat('k', 1024));
-SELECT pg_temp.err($$SELECT idempo.claim('e', repeat('é', 513))$$);
+SELECT regress.err($$SELECT idempo.claim('e', repeat('é', 513))$$);
 DELETE FROM idempo.operations WHERE key = repeat('k', 1024);
 
 SELECT pg_temp.snapshot() = s AS nothing_changed FROM before;

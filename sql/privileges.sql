@@ -6,16 +6,6 @@ DROP ROLE IF EXISTS idempo_app, idempo_reviewer, idempo_admin, idempo_outsider, 
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN st || ': ' || msg;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.err(text) TO PUBLIC;
 
 CREATE ROLE idempo_app;
 CREATE ROLE idempo_reviewer;
@@ -62,8 +52,8 @@ SELECT name FROM idempo.create_scope('orders', retention => '1 hour', lease => '
 SELECT name FROM idempo.create_scope('orders.app_only', allowed_role => 'idempo_app');
 SELECT * FROM idempo.sweep();
 SELECT count(*) > 0 AS counters FROM idempo.counters();
-SELECT pg_temp.err($$SELECT idempo.claim('orders', 'k')$$) AS admin_claims;
-SELECT pg_temp.err($$SELECT idempo.resolve('orders', 'k', 'failed', 'x')$$) AS admin_resolves;
+SELECT regress.err($$SELECT idempo.claim('orders', 'k')$$) AS admin_claims;
+SELECT regress.err($$SELECT idempo.resolve('orders', 'k', 'failed', 'x')$$) AS admin_resolves;
 RESET ROLE;
 
 -- the application does its job ...
@@ -75,7 +65,7 @@ SELECT idempo.fail('orders', 'o-2', 1, 'e');
 SELECT status FROM idempo.lookup('orders', 'o-1');
 SELECT outcome FROM idempo.claim('orders', 'o-1', '{"q":2,"sku":"A","note":"rush"}');
 -- ... and nothing else: no direct table access, no review, no administration
-SELECT pg_temp.err(stmt) AS refused FROM (VALUES
+SELECT regress.err(stmt) AS refused FROM (VALUES
     ($$UPDATE idempo.operations SET status = 'succeeded' WHERE key = 'o-2'$$),
     ($$DELETE FROM idempo.operations$$),
     ($$INSERT INTO idempo.operations (scope, key, status, attempt, first_seen_at, last_attempt_at) VALUES ('orders', 'x', 'succeeded', 1, now(), now())$$),
@@ -101,7 +91,7 @@ SELECT idempo.request_review('orders', 'o-2', 'looks odd') > 0 AS opened;
 SELECT key, reason, detail FROM idempo.review_queue;
 SELECT idempo.resolve('orders', 'o-2', 'not_executed', 'rita');
 SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue LIMIT 1), 'kept_stored', 'rita');
-SELECT pg_temp.err(stmt) AS refused FROM (VALUES
+SELECT regress.err(stmt) AS refused FROM (VALUES
     ($$SELECT idempo.claim('orders', 'r-1')$$),
     ($$SELECT idempo.complete('orders', 'o-2', 1)$$),
     ($$SELECT * FROM idempo.sweep()$$),
@@ -120,7 +110,7 @@ SET ROLE idempo_app_member;
 SELECT outcome FROM idempo.claim('orders.app_only', 'm-1');
 RESET ROLE;
 SET ROLE idempo_outsider;
-SELECT pg_temp.err(stmt) AS outsider FROM (VALUES
+SELECT regress.err(stmt) AS outsider FROM (VALUES
     ($$SELECT idempo.claim('orders.app_only', 'm-2')$$),
     ($$SELECT idempo.complete('orders.app_only', 'm-1', 1)$$),
     ($$SELECT idempo.fail('orders.app_only', 'm-1', 1)$$),

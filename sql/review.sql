@@ -4,15 +4,6 @@ DROP EXTENSION IF EXISTS idempo CASCADE;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 SELECT name FROM idempo.create_scope('wh', retention => '1 day', lease => '5 minutes',
                                      verify_settle => '10 minutes', audit => true);
@@ -44,24 +35,24 @@ SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 RESET idempo.clock_offset;
 
 -- verify refuses what is not unknown
-SELECT pg_temp.err($$SELECT idempo.verify('wh', 'order-2', true)$$);
-SELECT pg_temp.err($$SELECT idempo.verify('wh', 'order-1', true)$$);
-SELECT pg_temp.err($$SELECT idempo.verify('wh', 'nothing', true)$$);
-SELECT pg_temp.err($$SELECT idempo.verify('wh', 'order-2', NULL)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-1', true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'nothing', true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', NULL)$$);
 
 -- request_review: a person takes over; a running attempt can no longer finish
 SELECT idempo.request_review('wh', 'order-2', 'customer called: hold it') > 0 AS opened;
 SELECT idempo.request_review('wh', 'order-2', 'again') = (SELECT id FROM idempo.reviews WHERE key = 'order-2') AS same_review;
-SELECT pg_temp.err($$SELECT idempo.complete('wh', 'order-2', 2)$$);
+SELECT regress.err($$SELECT idempo.complete('wh', 'order-2', 2)$$);
 SELECT outcome, status FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 SELECT scope, key, reason, status, detail, snapshot->>'status' AS status_at_entry, waiting >= '0' AS waiting
 FROM idempo.review_queue;
 
 -- resolve: a reviewer decides; refusals first
-SELECT pg_temp.err($$SELECT idempo.resolve('wh', 'order-2', 'maybe', 'alice')$$);
-SELECT pg_temp.err($$SELECT idempo.resolve('wh', 'order-2', 'succeeded', NULL)$$);
-SELECT pg_temp.err($$SELECT idempo.resolve('wh', 'order-2', 'succeeded', '')$$);
-SELECT pg_temp.err($$SELECT idempo.resolve('wh', 'order-1', 'succeeded', 'alice')$$);
+SELECT regress.err($$SELECT idempo.resolve('wh', 'order-2', 'maybe', 'alice')$$);
+SELECT regress.err($$SELECT idempo.resolve('wh', 'order-2', 'succeeded', NULL)$$);
+SELECT regress.err($$SELECT idempo.resolve('wh', 'order-2', 'succeeded', '')$$);
+SELECT regress.err($$SELECT idempo.resolve('wh', 'order-1', 'succeeded', 'alice')$$);
 SELECT idempo.resolve('wh', 'order-2', 'not_executed', 'alice', note => 'nothing in the WMS');
 SELECT status, attempt, attempt_base, error, first_seen_at > now() - interval '1 minute' AS fresh_window
 FROM idempo.lookup('wh', 'order-2');

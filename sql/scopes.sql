@@ -5,15 +5,6 @@ CREATE EXTENSION idempo;
 RESET client_min_messages;
 
 -- err(statement): runs it, returns 'SQLSTATE: message / HINT: hint' (or 'ok'); its effects roll back.
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 SELECT name, retention, lease, on_lease_expiry, verify_settle, max_attempts, require_fingerprint,
        hash_keys, store_params, audit, allowed_role, owner, environment, description, enabled
@@ -25,24 +16,24 @@ FROM idempo.create_scope('warehouse.outbound', retention => '7 days', lease => '
                          environment => 'prod', description => 'one shipment per approved order');
 
 -- Refusals, each with its SQLSTATE and hint; none of them changes anything.
-SELECT pg_temp.err($$SELECT idempo.create_scope('billing.charge')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope(NULL)$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope(repeat('x', 129))$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', retention => '0')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', retention => '-1 hour')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', retention => NULL)$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', lease => '0')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', verify_settle => '-5 seconds')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', retention => '1 hour', lease => '2 hours')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', retention => '1 minute', verify_settle => '1 minute')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', on_lease_expiry => 'sometimes')$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', max_attempts => 0)$$);
-SELECT pg_temp.err($$SELECT idempo.create_scope('s', allowed_role => 'no_such_role')$$);
-SELECT pg_temp.err($$SELECT idempo.alter_scope('nope', lease => '1 minute')$$);
-SELECT pg_temp.err($$SELECT idempo.alter_scope('billing.charge', lease => '48 hours')$$);
-SELECT pg_temp.err($$SELECT idempo.disable_scope('nope')$$);
-SELECT pg_temp.err($$SELECT idempo.enable_scope(NULL)$$);
+SELECT regress.err($$SELECT idempo.create_scope('billing.charge')$$);
+SELECT regress.err($$SELECT idempo.create_scope(NULL)$$);
+SELECT regress.err($$SELECT idempo.create_scope('')$$);
+SELECT regress.err($$SELECT idempo.create_scope(repeat('x', 129))$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', retention => '0')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', retention => '-1 hour')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', retention => NULL)$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', lease => '0')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', verify_settle => '-5 seconds')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', retention => '1 hour', lease => '2 hours')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', retention => '1 minute', verify_settle => '1 minute')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', on_lease_expiry => 'sometimes')$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', max_attempts => 0)$$);
+SELECT regress.err($$SELECT idempo.create_scope('s', allowed_role => 'no_such_role')$$);
+SELECT regress.err($$SELECT idempo.alter_scope('nope', lease => '1 minute')$$);
+SELECT regress.err($$SELECT idempo.alter_scope('billing.charge', lease => '48 hours')$$);
+SELECT regress.err($$SELECT idempo.disable_scope('nope')$$);
+SELECT regress.err($$SELECT idempo.enable_scope(NULL)$$);
 SELECT count(*) AS scopes FROM idempo.scopes;
 
 -- alter_scope: NULL leaves a setting alone; 0 / '' clear nullable ones.
@@ -53,24 +44,24 @@ FROM idempo.alter_scope('warehouse.outbound', max_attempts => 0, description => 
 
 -- disable / enable
 SELECT name, enabled FROM idempo.disable_scope('warehouse.outbound');
-SELECT pg_temp.err($$SELECT idempo.claim('warehouse.outbound', 'order-1')$$);
+SELECT regress.err($$SELECT idempo.claim('warehouse.outbound', 'order-1')$$);
 SELECT name, enabled FROM idempo.enable_scope('warehouse.outbound');
 SELECT outcome FROM idempo.claim('warehouse.outbound', 'order-1');
 
 -- An unknown scope names create_scope in its hint.
-SELECT pg_temp.err($$SELECT idempo.claim('warehouse.inbound', 'order-1')$$);
+SELECT regress.err($$SELECT idempo.claim('warehouse.inbound', 'order-1')$$);
 
 -- hash_keys cannot change once a scope has operations (stored keys would stop matching).
-SELECT pg_temp.err($$SELECT idempo.alter_scope('warehouse.outbound', hash_keys => true)$$);
+SELECT regress.err($$SELECT idempo.alter_scope('warehouse.outbound', hash_keys => true)$$);
 SELECT name, hash_keys FROM idempo.alter_scope('billing.charge', hash_keys => true);
 
 -- A committed change is seen by the next claim of this session (cache invalidation).
 SELECT name FROM idempo.create_scope('cache.test');
 SELECT outcome FROM idempo.claim('cache.test', 'k1');
 SELECT enabled FROM idempo.disable_scope('cache.test');
-SELECT pg_temp.err($$SELECT idempo.claim('cache.test', 'k2')$$);
+SELECT regress.err($$SELECT idempo.claim('cache.test', 'k2')$$);
 BEGIN;
 SELECT enabled FROM idempo.enable_scope('cache.test');
 SELECT outcome FROM idempo.claim('cache.test', 'k2');
 ROLLBACK;
-SELECT pg_temp.err($$SELECT idempo.claim('cache.test', 'k2')$$);
+SELECT regress.err($$SELECT idempo.claim('cache.test', 'k2')$$);

@@ -4,15 +4,6 @@ DROP EXTENSION IF EXISTS idempo CASCADE;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; hint text;
-BEGIN
-    EXECUTE stmt;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || msg || coalesce(E'\nHINT: ' || nullif(hint, ''), '');
-END $$;
 
 SELECT name FROM idempo.create_scope('s', retention => '1 hour', lease => '1 minute', audit => true);
 SELECT name FROM idempo.create_scope('s.retry', retention => '1 hour', lease => '1 minute', on_lease_expiry => 'retry');
@@ -69,8 +60,8 @@ SELECT * FROM idempo.sweep();
 RESET idempo.clock_offset;
 
 -- bad batch sizes
-SELECT pg_temp.err($$SELECT * FROM idempo.sweep(0)$$);
-SELECT pg_temp.err($$SELECT * FROM idempo.sweep(NULL)$$);
-SELECT pg_temp.err($$SELECT * FROM idempo.sweep(1000000)$$);
+SELECT regress.err($$SELECT * FROM idempo.sweep(0)$$);
+SELECT regress.err($$SELECT * FROM idempo.sweep(NULL)$$);
+SELECT regress.err($$SELECT * FROM idempo.sweep(1000000)$$);
 
 SELECT * FROM idempo.check_consistency();

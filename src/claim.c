@@ -80,7 +80,7 @@ row_acquire(OpRow *r, const ClaimArgs *a)
 	const IdempoScope *s = a->scope;
 
 	r->last_attempt_at = a->now;
-	op_row_set_run_id(r, a->run_id);
+	r->run_id = a->run_id;
 	if (a->has_fingerprint && !r->has_fingerprint)
 	{
 		r->has_fingerprint = true;
@@ -518,10 +518,11 @@ idempo_claim(PG_FUNCTION_ARGS)
 		ans.has_row = op_row_read(a.scope->name, a.key, &ans.row, OP_READ_PLAIN);
 	}
 
-	idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
-					 ans.has_row ? ans.row.attempt : -1, ans.from_status,
-					 ans.has_row ? (int) ans.row.status : -1, ans.outcome, "claim",
-					 a.now ? a.now : idempo_now(), a.user);
+	if (a.scope->audit)
+		idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
+						 ans.has_row ? ans.row.attempt : -1, ans.from_status,
+						 ans.has_row ? (int) ans.row.status : -1, ans.outcome, "claim",
+						 a.now ? a.now : idempo_now(), a.user);
 
 	/* the answer outlives SPI: build it in the caller's memory */
 	{

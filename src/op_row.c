@@ -42,12 +42,6 @@ op_row_init(OpRow *r)
 	r->sweep_at = DT_NOBEGIN;
 }
 
-void
-op_row_set_run_id(OpRow *r, Datum run_id)
-{
-	r->run_id = run_id;
-}
-
 static TimestampTz
 get_ts(HeapTuple tuple, TupleDesc desc, int col)
 {

@@ -43,7 +43,6 @@ typedef enum OpReadMode
 } OpReadMode;
 
 extern void op_row_init(OpRow *r);
-extern void op_row_set_run_id(OpRow *r, Datum run_id);
 extern void op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r);
 extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r);
