@@ -18,7 +18,9 @@
  *	  review; a lease that ran out makes the attempt 'unknown', or is
  *	  re-acquired in 'retry' scopes), then the fingerprint comparison
  *	  ('conflict', recorded durably by conflicts.c), then the status.
- * 3. wait => false must not wait for anyone: the same steps run in a
+ * 3. wait => false must not wait for anyone.  A record that another running
+ *	  transaction is inserting (or deleting) is seen at once in the primary
+ *	  key (direct.c) and answers 'busy'.  Otherwise the same steps run in a
  *	  subtransaction with lock_timeout = 1ms, the record is read FOR UPDATE
  *	  SKIP LOCKED, and any lock wait ends the subtransaction with 'busy'.
  *
@@ -189,7 +191,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				else
 				{
 					ans->outcome = OUTCOME_ACQUIRED;
-					idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
+					idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit, NULL);
 				}
 				return;
 			}
@@ -236,7 +238,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		row_acquire(r, a);
 		op_row_write(s->name, a->key, r);
 		ans->outcome = OUTCOME_ACQUIRED;
-		idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit);
+		idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit, NULL);
 		return;
 	}
 
@@ -272,16 +274,17 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
 	for (tries = 0; tries < 3; tries++)
 	{
 		bool		stale = intent_is_stale(a);
+		ItemPointerData tid;
 
 		/* A new key: one INSERT.  A stale intent must first prove there is no record. */
 		if (!stale)
 		{
 			row_new(&ans->row, a, false);
-			if (op_row_insert(a->scope->name, a->key, &ans->row))
+			if (op_row_insert(a->scope->name, a->key, &ans->row, &tid))
 			{
 				ans->has_row = true;
 				ans->outcome = OUTCOME_ACQUIRED;
-				idempo_txn_remember(a->scope->name, a->key, 1, a->complete_on_commit);
+				idempo_txn_remember(a->scope->name, a->key, 1, a->complete_on_commit, &tid);
 				return;
 			}
 		}
@@ -303,7 +306,7 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
 		if (stale)
 		{
 			row_new(&ans->row, a, true);
-			if (op_row_insert(a->scope->name, a->key, &ans->row))
+			if (op_row_insert(a->scope->name, a->key, &ans->row, &tid))
 			{
 				ans->has_row = true;
 				ans->review_id = idempo_open_review(a->scope->name, a->key, "stale_retry",
@@ -509,7 +512,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.now = idempo_now();
 	if (a.wait)
 		claim_locked(&ans, &a);
-	else if (!claim_without_waiting(&ans, &a))
+	else if (op_direct_key_busy(a.scope->name, a.key) || !claim_without_waiting(&ans, &a))
 	{
 		/* another transaction is working on the key right now */
 		memset(&ans, 0, sizeof(ans));

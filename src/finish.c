@@ -34,6 +34,7 @@ typedef struct FinishArgs
 	Datum		target_ref;		/* text or 0 */
 	Datum		error;			/* text or 0 */
 	bool		retryable_null;	/* fail(..., retryable => NULL): refused */
+	ItemPointerData tid;		/* where this transaction wrote the attempt's record, if known */
 } FinishArgs;
 
 /* Which attempt the call finishes: the one given, or the one this transaction acquired. */
@@ -42,7 +43,8 @@ resolve_attempt(FunctionCallInfo fcinfo, int argno, FinishArgs *f, const char *v
 {
 	int32		mine;
 	bool		on_commit;
-	bool		have = idempo_txn_lookup(f->scope->name, f->key, &mine, &on_commit);
+	ItemPointerData tid;
+	bool		have = idempo_txn_lookup(f->scope->name, f->key, &mine, &on_commit, &tid);
 
 	if (PG_ARGISNULL(argno))
 	{
@@ -60,6 +62,34 @@ resolve_attempt(FunctionCallInfo fcinfo, int argno, FinishArgs *f, const char *v
 		f->attempt = PG_GETARG_INT32(argno);
 		f->on_commit = have && on_commit && mine == f->attempt;
 	}
+	if (have && mine == f->attempt)
+		f->tid = tid;
+	else
+		ItemPointerSetInvalid(&f->tid);
+}
+
+/* The finish through direct.c, if it applies; false: nothing done. */
+static bool
+finish_directly(FinishArgs *f, TimestampTz completed_at, TimestampTz expires_at)
+{
+	OpDirectFinish d;
+
+	if (!ItemPointerIsValid(&f->tid) || f->scope->audit)
+		return false;
+	d.scope = f->scope->name;
+	d.key = f->key;
+	d.attempt = f->attempt;
+	d.on_commit = f->on_commit;
+	d.to = f->to;
+	d.result = f->result;
+	d.target_ref = f->target_ref;
+	d.error = f->error;
+	d.completed_at = completed_at;
+	d.expires_at = expires_at;
+	if (!op_direct_finish(&d, &f->tid))
+		return false;
+	idempo_txn_moved(f->scope->name, f->key, &f->tid);
+	return true;
 }
 
 /* Explains why the fenced UPDATE matched nothing. */
@@ -103,6 +133,8 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
 	IdempoSpiSession session;
 	TimestampTz now;
+	TimestampTz completed_at = DT_NOBEGIN;
+	TimestampTz expires_at = DT_NOBEGIN;
 	Datum		values[10];
 	char		nulls[10];
 	int			from_status = -1;
@@ -118,6 +150,17 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 				 errhint("true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.")));
 	resolve_attempt(fcinfo, attempt_argno, f, verb);
 	now = idempo_now();
+	if (idempo_status_finished(f->to))
+	{
+		completed_at = now;
+		expires_at = idempo_time_add(now, f->scope->retention_us);
+	}
+
+	if (finish_directly(f, completed_at, expires_at))
+	{
+		idempo_spi_end(&session);
+		return idempo_status_datum(f->to);
+	}
 
 	if (f->scope->audit)
 	{
@@ -138,12 +181,9 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	nulls[5] = f->target_ref ? ' ' : 'n';
 	values[6] = f->error;
 	nulls[6] = f->error ? ' ' : 'n';
-	if (idempo_status_finished(f->to))
-	{
-		values[7] = TimestampTzGetDatum(now);
-		values[8] = TimestampTzGetDatum(idempo_time_add(now, f->scope->retention_us));
-	}
-	else
+	values[7] = TimestampTzGetDatum(completed_at);
+	values[8] = TimestampTzGetDatum(expires_at);
+	if (!idempo_status_finished(f->to))
 		nulls[7] = nulls[8] = 'n';
 	values[9] = BoolGetDatum(f->on_commit);
 

@@ -10,6 +10,8 @@
  *	  idempo.sweep_batch     rows per sweep transaction; sighup
  *	  idempo.worker_enabled  off stops all sweeping; sighup
  *	  idempo.clock_offset    shifts idempo's clock, for tests; superuser
+ *	  idempo.direct_writes   off routes every write through SQL (for
+ *	                         comparison and diagnosis); superuser
  *
  *-------------------------------------------------------------------------
  */
@@ -22,6 +24,7 @@ char	   *idempo_databases = NULL;
 int			idempo_sweep_interval_ms = 10000;
 int			idempo_sweep_batch_size = 1000;
 bool		idempo_worker_enabled = true;
+bool		idempo_direct_writes = true;
 
 static bool
 check_databases(char **newval, void **extra, GucSource source)
@@ -77,6 +80,16 @@ idempo_define_gucs(void)
 							0, -1000000000, 1000000000,
 							PGC_SUSET, GUC_UNIT_S | GUC_NOT_IN_SAMPLE,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("idempo.direct_writes",
+							 "Whether new records and their completion bypass the SQL executor.",
+							 "On, a claim of a new key and the complete/fail of an attempt the same "
+							 "transaction inserted use the table and index access methods directly. "
+							 "Off runs them as SQL statements, like every other write. The results "
+							 "are the same; only the cost differs.",
+							 &idempo_direct_writes,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("idempo");
 }
 

@@ -44,6 +44,7 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "storage/itemptr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -195,9 +196,10 @@ extern int64 idempo_interval_usecs(Interval *iv);
 /* ---- txn_attempts.c: the attempts this transaction acquired ---- */
 
 extern void idempo_txn_remember(const char *scope, const char *key, int32 attempt,
-								bool on_commit);
+								bool on_commit, ItemPointer tid);
 extern bool idempo_txn_lookup(const char *scope, const char *key, int32 *attempt,
-							  bool *on_commit);
+							  bool *on_commit, ItemPointer tid);
+extern void idempo_txn_moved(const char *scope, const char *key, ItemPointer tid);
 extern void idempo_txn_register_callbacks(void);
 
 /* ---- sweep.c ---- */
@@ -290,6 +292,7 @@ extern char *idempo_databases;
 extern int	idempo_sweep_interval_ms;
 extern int	idempo_sweep_batch_size;
 extern bool idempo_worker_enabled;
+extern bool idempo_direct_writes;
 
 extern void idempo_define_gucs(void);
 extern bool idempo_database_listed(const char *name);

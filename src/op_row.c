@@ -167,13 +167,26 @@ row_params(const char *scope, const char *key, const OpRow *r, Datum *values, ch
 	v[COL_ATTEMPT_BASE] = Int32GetDatum(r->attempt_base);
 }
 
-/* INSERT ... ON CONFLICT DO NOTHING; true if the row was inserted. */
+/*
+ * INSERT ... ON CONFLICT DO NOTHING; true if the row was inserted.  *tid is
+ * where, if known (the direct path knows; SQL does not tell us).
+ */
 bool
-op_row_insert(const char *scope, const char *key, const OpRow *r)
+op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
 {
 	Datum		values[2 + NUM_OP_COLS];
 	char		nulls[2 + NUM_OP_COLS];
 
+	ItemPointerSetInvalid(tid);
+	switch (op_direct_insert(scope, key, r, tid))
+	{
+		case OP_DIRECT_INSERTED:
+			return true;
+		case OP_DIRECT_EXISTS:
+			return false;
+		case OP_DIRECT_UNAVAILABLE:
+			break;
+	}
 	row_params(scope, key, r, values, nulls);
 	return idempo_spi_execute(PLAN_OP_INSERT, values, nulls, 0) == 1;
 }

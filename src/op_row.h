@@ -11,6 +11,8 @@
 
 #include "idempo.h"
 
+#include "storage/itemptr.h"
+
 /*
  * Timestamps use DT_NOBEGIN (-infinity) for SQL NULL; text columns use
  * (Datum) 0 and jsonb columns NULL pointers.
@@ -45,7 +47,7 @@ typedef enum OpReadMode
 extern void op_row_init(OpRow *r);
 extern void op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r);
 extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
-extern bool op_row_insert(const char *scope, const char *key, const OpRow *r);
+extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);
 extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
 
@@ -63,5 +65,32 @@ extern TimestampTz op_review_at(const OpRow *r, const IdempoScope *s);
 extern OpExpiry op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now,
 						  TimestampTz *next_due);
 extern void op_row_make_unknown(OpRow *r, const IdempoScope *s);
+
+/* direct.c: the hot writes through the access methods */
+typedef enum OpDirectResult
+{
+	OP_DIRECT_UNAVAILABLE,		/* nothing done: use the SQL statement */
+	OP_DIRECT_INSERTED,
+	OP_DIRECT_EXISTS
+} OpDirectResult;
+
+typedef struct OpDirectFinish
+{
+	const char *scope;
+	const char *key;
+	int32		attempt;
+	bool		on_commit;		/* admit a row this transaction made 'succeeded' */
+	IdempoStatus to;
+	Datum		result;			/* jsonb or 0 */
+	Datum		target_ref;		/* text or 0 */
+	Datum		error;			/* text or 0 */
+	TimestampTz completed_at;	/* DT_NOBEGIN: NULL */
+	TimestampTz expires_at;		/* DT_NOBEGIN: NULL */
+} OpDirectFinish;
+
+extern OpDirectResult op_direct_insert(const char *scope, const char *key, const OpRow *r,
+									   ItemPointer tid);
+extern bool op_direct_finish(const OpDirectFinish *f, ItemPointer tid);
+extern bool op_direct_key_busy(const char *scope, const char *key);
 
 #endif							/* IDEMPO_OP_ROW_H */

@@ -24,6 +24,8 @@ typedef struct TxnAttempt
 	SubTransactionId subid;
 	int32		attempt;
 	bool		on_commit;
+	ItemPointerData tid;		/* where the record is, if this transaction wrote it directly */
+	SubTransactionId tid_subid;	/* the subtransaction that wrote it there */
 	char	   *scope;
 	char	   *key;
 } TxnAttempt;
@@ -78,7 +80,8 @@ find(const char *scope, const char *key, TxnAttemptBucket **bucket_out, bool cre
 }
 
 void
-idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_commit)
+idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_commit,
+					ItemPointer tid)
 {
 	TxnAttemptBucket *bucket = NULL;
 	TxnAttempt *a = find(scope, key, &bucket, true);
@@ -94,10 +97,16 @@ idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_c
 	a->subid = GetCurrentSubTransactionId();
 	a->attempt = attempt;
 	a->on_commit = on_commit;
+	if (tid != NULL)
+		a->tid = *tid;
+	else
+		ItemPointerSetInvalid(&a->tid);
+	a->tid_subid = a->subid;
 }
 
 bool
-idempo_txn_lookup(const char *scope, const char *key, int32 *attempt, bool *on_commit)
+idempo_txn_lookup(const char *scope, const char *key, int32 *attempt, bool *on_commit,
+				  ItemPointer tid)
 {
 	TxnAttempt *a = find(scope, key, NULL, false);
 
@@ -105,7 +114,25 @@ idempo_txn_lookup(const char *scope, const char *key, int32 *attempt, bool *on_c
 		return false;
 	*attempt = a->attempt;
 	*on_commit = a->on_commit;
+	if (tid != NULL)
+		*tid = a->tid;
 	return true;
+}
+
+/*
+ * The record of an attempt this transaction acquired moved to *tid.  A
+ * location written by a subtransaction is forgotten if it rolls back: the
+ * record is then where it was before, which the SQL path finds.
+ */
+void
+idempo_txn_moved(const char *scope, const char *key, ItemPointer tid)
+{
+	TxnAttempt *a = find(scope, key, NULL, false);
+
+	if (a == NULL)
+		return;
+	a->tid = *tid;
+	a->tid_subid = GetCurrentSubTransactionId();
 }
 
 static void
@@ -155,6 +182,12 @@ subtxn_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId p
 					continue;
 				}
 				a->subid = parentSubid;
+			}
+			if (a->tid_subid == mySubid)
+			{
+				if (event == SUBXACT_EVENT_ABORT_SUB)
+					ItemPointerSetInvalid(&a->tid);
+				a->tid_subid = parentSubid;
 			}
 			link = &a->next;
 		}

@@ -82,6 +82,8 @@ VARIANTS = {
     "plpgsql_ref": "+ hand-written PL/pgSQL claim/complete, brandur-style (`setup.sql`)",
     "idempo_two_call": "+ `idempo.claim(params)` … `idempo.complete(result, target_ref)`",
     "idempo_one_call": "+ `idempo.claim(params, complete_on_commit => true)`",
+    "idempo_two_call_spi": "`idempo_two_call` with `idempo.direct_writes = off`: every write through SQL",
+    "idempo_one_call_spi": "`idempo_one_call` with `idempo.direct_writes = off`",
 }
 PATHS = {
     "replay": "claim of a key that succeeded, same params → `replay`",

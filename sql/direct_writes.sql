@@ -1,0 +1,85 @@
+-- The writes of direct.c (a new key's record, the finish of an attempt this transaction inserted)
+-- around savepoints, repeated calls and one-statement use.  test/run runs the whole regression
+-- suite a second time with idempo.direct_writes = off: both paths must give these same answers.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+SELECT name FROM idempo.create_scope('dw', retention => '1 day', lease => '5 minutes');
+
+-- claim and complete in one statement (the record is younger than the statement's snapshot)
+SELECT (idempo.claim('dw', 'one-statement')).outcome, idempo.complete('dw', 'one-statement', result => '{"n":1}');
+SELECT status, result FROM idempo.operations WHERE key = 'one-statement';
+
+-- a completion rolled back to a savepoint: the record is in_progress again, and finishes later
+BEGIN;
+SELECT (idempo.claim('dw', 'sp-1', '{"a":1}')).outcome;
+SAVEPOINT s;
+SELECT idempo.complete('dw', 'sp-1', result => '{"first":true}');
+ROLLBACK TO SAVEPOINT s;
+SELECT status, result FROM idempo.operations WHERE key = 'sp-1';
+SELECT idempo.fail('dw', 'sp-1', error => 'timeout', retryable => true);
+SELECT status, error FROM idempo.operations WHERE key = 'sp-1';
+COMMIT;
+SELECT status, error, lease_expires_at IS NULL AS lease_cleared FROM idempo.operations WHERE key = 'sp-1';
+
+-- a completion inside a savepoint that is released, then a second completion is refused
+BEGIN;
+SELECT (idempo.claim('dw', 'sp-2')).outcome;
+SAVEPOINT s;
+SELECT idempo.complete('dw', 'sp-2', result => '{"ok":1}', target_ref => 'T-2');
+RELEASE SAVEPOINT s;
+SELECT regress.err($$SELECT idempo.complete('dw', 'sp-2', result => '{"ok":2}')$$);
+COMMIT;
+SELECT status, result, target_ref FROM idempo.operations WHERE key = 'sp-2';
+
+-- the claim itself rolled back: nothing to finish, and the key is free again
+BEGIN;
+SAVEPOINT s;
+SELECT (idempo.claim('dw', 'sp-3')).outcome;
+ROLLBACK TO SAVEPOINT s;
+SELECT regress.err($$SELECT idempo.complete('dw', 'sp-3')$$);
+SELECT (idempo.claim('dw', 'sp-3')).outcome;
+SELECT idempo.complete('dw', 'sp-3');
+COMMIT;
+SELECT status, attempt FROM idempo.operations WHERE key = 'sp-3';
+
+-- retryable, re-acquired and completed in the same transaction (attempt 2 is an update, not an insert)
+BEGIN;
+SELECT (idempo.claim('dw', 'again')).attempt;
+SELECT idempo.fail('dw', 'again', error => 'busy upstream', retryable => true);
+SELECT outcome, attempt FROM idempo.claim('dw', 'again');
+SELECT regress.err($$SELECT idempo.complete('dw', 'again', 1)$$);
+SELECT idempo.complete('dw', 'again', result => '{"attempt":2}');
+COMMIT;
+SELECT status, attempt, result, error FROM idempo.operations WHERE key = 'again';
+
+-- complete_on_commit, then an explicit complete of the same attempt stores the result
+BEGIN;
+SELECT outcome, status FROM idempo.claim('dw', 'on-commit', complete_on_commit => true);
+SELECT idempo.complete('dw', 'on-commit', result => '{"late":"result"}', target_ref => 'T-9');
+COMMIT;
+SELECT status, result, target_ref, expires_at > completed_at AS expires_later FROM idempo.operations WHERE key = 'on-commit';
+
+-- a wrong attempt number is refused with the same explanation on both paths
+BEGIN;
+SELECT (idempo.claim('dw', 'fence')).attempt;
+SELECT regress.err($$SELECT idempo.complete('dw', 'fence', 7)$$);
+SELECT idempo.complete('dw', 'fence', 1);
+COMMIT;
+
+-- many new keys in one transaction, each completed in a later statement
+BEGIN;
+SELECT count(*) FILTER (WHERE (idempo.claim('dw', 'bulk-' || i, jsonb_build_object('i', i))).outcome = 'acquired')
+FROM generate_series(1, 500) i;
+SELECT count(*) FILTER (WHERE idempo.complete('dw', 'bulk-' || i, result => jsonb_build_object('i', i)) = 'succeeded')
+FROM generate_series(1, 500) i;
+COMMIT;
+SELECT count(*), count(*) FILTER (WHERE result->>'i' = substr(key, 6)) AS result_matches,
+       count(*) FILTER (WHERE sweep_at <= expires_at) AS sweep_not_late
+FROM idempo.operations WHERE key LIKE 'bulk-%';
+-- replays and conflicts see the committed records
+SELECT (idempo.claim('dw', 'bulk-7', '{"i":7}')).outcome, (idempo.claim('dw', 'bulk-7', '{"i":8}')).outcome;
+
+SELECT * FROM idempo.check_consistency();

@@ -1,0 +1,476 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct.c
+ *	  The two writes on every protected transaction's path -- the record of
+ *	  a new key, and the completion of an attempt this same transaction
+ *	  inserted -- done through the table and index access methods, without
+ *	  SPI, planning or executor start-up.
+ *
+ * Through SQL these two writes cost more than everything else idempo does
+ * together (see BENCHMARKS.md).  Done here they follow the same protocol
+ * as the SQL they replace:
+ *
+ * - the insert is a speculative insertion exactly as INSERT ... ON
+ *	 CONFLICT DO NOTHING performs it (nodeModifyTable.c): pre-check the
+ *	 arbiter (the primary key) with a dirty snapshot, waiting for an
+ *	 in-progress inserter of the same key; insert the heap tuple with a
+ *	 speculative token; insert the index entries; if another backend
+ *	 inserted the same key meanwhile, kill our tuple and start over.  A
+ *	 conflict is reported to the caller, which then reads the record FOR
+ *	 UPDATE through SQL as before;
+ * - the finish updates only a tuple whose inserting transaction is ours
+ *	 and which is its latest version.  No other backend can see, lock or
+ *	 update such a tuple, so no locking or EvalPlanQual is involved.  The
+ *	 fence (attempt and status) is checked in C with the same rule as the
+ *	 SQL statement's WHERE clause; whenever anything is not as expected the
+ *	 caller falls back to the SQL statement, which decides and explains.
+ *
+ * Both are used only when idempo.operations is a plain heap table exactly
+ * as the extension script created it: no triggers, no CHECK constraints,
+ * no columns we do not know.  On Citus (the citus extension exists in the
+ * database) the table is a distributed table whose rows live in shards,
+ * so every write must go through SQL and this file is never used.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/stratnum.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "commands/extension.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "op_row.h"
+
+/* The columns of idempo.operations, by name. */
+typedef enum OpAttr
+{
+	A_SCOPE,
+	A_KEY,
+	A_FINGERPRINT,
+	A_STATUS,
+	A_ATTEMPT,
+	A_RUN_ID,
+	A_FIRST_SEEN_AT,
+	A_LAST_ATTEMPT_AT,
+	A_LEASE_EXPIRES_AT,
+	A_COMPLETED_AT,
+	A_EXPIRES_AT,
+	A_SWEEP_AT,
+	A_RESULT,
+	A_TARGET_REF,
+	A_ERROR,
+	A_PARAMS,
+	A_ATTEMPT_BASE,
+	NUM_OP_ATTRS
+} OpAttr;
+
+static const char *const op_attr_names[NUM_OP_ATTRS] = {
+	"scope", "key", "fingerprint", "status", "attempt", "run_id", "first_seen_at",
+	"last_attempt_at", "lease_expires_at", "completed_at", "expires_at", "sweep_at",
+	"result", "target_ref", "error", "params", "attempt_base"
+};
+
+/* What we know about the table; rebuilt after any relcache invalidation of it. */
+static struct
+{
+	bool		valid;
+	Oid			relid;
+	bool		usable;			/* the direct path may be used */
+	int			natts;
+	int			attidx[NUM_OP_ATTRS];	/* 0-based position in the tuple */
+}			layout;
+
+static bool callback_registered = false;
+
+static void
+direct_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == layout.relid)
+		layout.valid = false;
+}
+
+/* Whether the table is as the extension created it; fills layout.attidx. */
+static bool
+table_is_plain(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			seen = 0;
+	int			i;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->trigdesc != NULL ||
+		rel->rd_rel->relhasrules ||
+		(desc->constr != NULL && desc->constr->num_check > 0))
+		return false;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		int			a;
+
+		if (att->attisdropped)
+			continue;
+		for (a = 0; a < NUM_OP_ATTRS; a++)
+			if (strcmp(NameStr(att->attname), op_attr_names[a]) == 0)
+				break;
+		if (a == NUM_OP_ATTRS || att->attgenerated)
+			return false;		/* a column this code would not fill */
+		layout.attidx[a] = i;
+		seen++;
+	}
+	layout.natts = desc->natts;
+	return seen == NUM_OP_ATTRS;
+}
+
+/*
+ * Opens idempo.operations for a direct write; NULL if the direct path must
+ * not be used (the caller then runs the SQL statement).
+ */
+static Relation
+open_operations(void)
+{
+	Oid			relid;
+	Relation	rel;
+
+	if (!idempo_direct_writes)
+		return NULL;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(direct_relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+	relid = idempo_catalog()->operations_relid;
+	if (layout.valid && layout.relid == relid && !layout.usable)
+		return NULL;
+
+	rel = table_open(relid, RowExclusiveLock);
+	if (!layout.valid || layout.relid != relid)
+	{
+		layout.relid = relid;
+		layout.usable = table_is_plain(rel) &&
+			!OidIsValid(get_extension_oid("citus", true));
+		layout.valid = true;
+	}
+	if (!layout.usable)
+	{
+		table_close(rel, RowExclusiveLock);
+		return NULL;
+	}
+	return rel;
+}
+
+static void
+set_ts(Datum *values, bool *isnull, OpAttr a, TimestampTz t)
+{
+	values[layout.attidx[a]] = TimestampTzGetDatum(t);
+	isnull[layout.attidx[a]] = TIMESTAMP_IS_NOBEGIN(t);
+}
+
+static void
+set_ptr(Datum *values, bool *isnull, OpAttr a, Datum d)
+{
+	values[layout.attidx[a]] = d;
+	isnull[layout.attidx[a]] = (d == (Datum) 0);
+}
+
+/* The whole tuple of a record, in the table's column order. */
+static void
+form_values(const char *scope, const char *key, const OpRow *r, Datum *values, bool *isnull)
+{
+	int			i;
+
+	for (i = 0; i < layout.natts; i++)
+	{
+		values[i] = (Datum) 0;
+		isnull[i] = true;		/* dropped columns stay NULL */
+	}
+	set_ptr(values, isnull, A_SCOPE, CStringGetTextDatum(scope));
+	set_ptr(values, isnull, A_KEY, CStringGetTextDatum(key));
+	if (r->has_fingerprint)
+	{
+		bytea	   *fp = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
+
+		SET_VARSIZE(fp, VARHDRSZ + IDEMPO_DIGEST_LEN);
+		memcpy(VARDATA(fp), r->fingerprint, IDEMPO_DIGEST_LEN);
+		set_ptr(values, isnull, A_FINGERPRINT, PointerGetDatum(fp));
+	}
+	values[layout.attidx[A_STATUS]] = idempo_status_datum(r->status);
+	isnull[layout.attidx[A_STATUS]] = false;
+	values[layout.attidx[A_ATTEMPT]] = Int32GetDatum(r->attempt);
+	isnull[layout.attidx[A_ATTEMPT]] = false;
+	set_ptr(values, isnull, A_RUN_ID, r->run_id);
+	set_ts(values, isnull, A_FIRST_SEEN_AT, r->first_seen_at);
+	set_ts(values, isnull, A_LAST_ATTEMPT_AT, r->last_attempt_at);
+	set_ts(values, isnull, A_LEASE_EXPIRES_AT, r->lease_expires_at);
+	set_ts(values, isnull, A_COMPLETED_AT, r->completed_at);
+	set_ts(values, isnull, A_EXPIRES_AT, r->expires_at);
+	set_ts(values, isnull, A_SWEEP_AT, r->sweep_at);
+	set_ptr(values, isnull, A_RESULT, PointerGetDatum(r->result));
+	set_ptr(values, isnull, A_TARGET_REF, r->target_ref);
+	set_ptr(values, isnull, A_ERROR, r->error);
+	set_ptr(values, isnull, A_PARAMS, PointerGetDatum(r->params));
+	values[layout.attidx[A_ATTEMPT_BASE]] = Int32GetDatum(r->attempt_base);
+	isnull[layout.attidx[A_ATTEMPT_BASE]] = false;
+}
+
+/* An executor state just big enough for the index routines of execIndexing.c. */
+static ResultRelInfo *
+begin_index_work(Relation rel, EState **estate_out, bool speculative)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, speculative);
+	*estate_out = estate;
+	return rri;
+}
+
+static void
+end_index_work(ResultRelInfo *rri, EState *estate)
+{
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+}
+
+/*
+ * Inserts the record of a new key (scope, key) unless one exists.
+ * Returns OP_DIRECT_INSERTED (with *tid set), OP_DIRECT_EXISTS, or
+ * OP_DIRECT_UNAVAILABLE (nothing done: use the SQL statement).
+ */
+OpDirectResult
+op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
+{
+	Relation	rel = open_operations();
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;
+	OpDirectResult result;
+
+	if (rel == NULL)
+		return OP_DIRECT_UNAVAILABLE;
+	if (!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
+	{
+		table_close(rel, RowExclusiveLock);
+		return OP_DIRECT_UNAVAILABLE;
+	}
+	arbiters = list_make1_oid(RelationGetPrimaryKeyIndex(rel));
+
+	rri = begin_index_work(rel, &estate, true);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+	ExecClearTuple(slot);
+	form_values(scope, key, r, slot->tts_values, slot->tts_isnull);
+	ExecStoreVirtualTuple(slot);
+
+	for (;;)
+	{
+		ItemPointerData conflict_tid;
+		TransactionId xid;
+		uint32		token;
+		bool		spec_conflict = false;
+		List	   *recheck;
+
+		/* waits for an in-progress inserter of the key, as ON CONFLICT does */
+		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict_tid, arbiters))
+		{
+			result = OP_DIRECT_EXISTS;
+			break;
+		}
+
+		xid = GetCurrentTransactionId();
+		token = SpeculativeInsertionLockAcquire(xid);
+		table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict, arbiters);
+		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(xid);
+		list_free(recheck);
+		if (!spec_conflict)
+		{
+			*tid = slot->tts_tid;
+			result = OP_DIRECT_INSERTED;
+			break;
+		}
+		/* someone inserted the key after our pre-check: look again */
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	end_index_work(rri, estate);
+	list_free(arbiters);
+	table_close(rel, NoLock);
+	return result;
+}
+
+/*
+ * Whether another transaction, still running, is inserting or deleting the
+ * record of (scope, key): the case in which claim(wait => false) must answer
+ * 'busy' and the SQL path would first have to try a lock and time out.
+ * Looks, without waiting, at the primary key with a dirty snapshot.  False
+ * also when it cannot tell (a row lock, or the direct path unavailable).
+ */
+bool
+op_direct_key_busy(const char *scope, const char *key)
+{
+	Relation	rel = open_operations();
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		busy = false;
+	int			i;
+
+	if (rel == NULL)
+		return false;
+	if (!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
+	index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	for (i = 0; i < 2; i++)
+		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
+							   index->rd_indcollation[i], F_TEXTEQ,
+							   CStringGetTextDatum(i == 0 ? scope : key));
+
+	InitDirtySnapshot(dirty);
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		/* the dirty snapshot reports a running inserter in xmin, a running deleter in xmax */
+		if ((TransactionIdIsValid(dirty.xmin) && !TransactionIdIsCurrentTransactionId(dirty.xmin)) ||
+			(TransactionIdIsValid(dirty.xmax) && !TransactionIdIsCurrentTransactionId(dirty.xmax)))
+		{
+			busy = true;
+			break;
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, RowExclusiveLock);
+	return busy;
+}
+
+static bool
+text_equals(Datum d, const char *s)
+{
+	text	   *t = DatumGetTextPP(d);
+	size_t		len = strlen(s);
+
+	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
+}
+
+/*
+ * Finishes an attempt whose record this transaction inserted at *tid; the
+ * same change as plans.c's PLAN_OP_FINISH.  Returns false if the direct
+ * path does not apply (nothing done: run the SQL statement); on success
+ * *tid is the record's new location.
+ */
+bool
+op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
+{
+	Relation	rel = open_operations();
+	TupleDesc	desc;
+	HeapTupleData tuple;
+	HeapTuple	old;
+	HeapTuple	newtup;
+	Buffer		buffer;
+	Datum	   *values;
+	bool	   *isnull;
+	bool		mine;
+	IdempoStatus status;
+	bool		fence_ok;
+	int			i_sweep;
+
+	if (rel == NULL)
+		return false;
+	desc = RelationGetDescr(rel);
+
+	/* our own earlier writes must be older than this command (see heap_update) */
+	CommandCounterIncrement();
+
+	tuple.t_self = *tid;
+	/* SnapshotSelf shows our own insert and hides versions we replaced */
+	if (!heap_fetch(rel, SnapshotSelf, &tuple, &buffer, false))
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
+	mine = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple.t_data));
+	old = mine ? heap_copytuple(&tuple) : NULL;
+	ReleaseBuffer(buffer);
+	if (!mine)
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
+
+	values = palloc(desc->natts * sizeof(Datum));
+	isnull = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(old, desc, values, isnull);
+
+	/* the record of this key and attempt, in a state the fence admits */
+	status = idempo_status_from_datum(values[layout.attidx[A_STATUS]]);
+	fence_ok = !isnull[layout.attidx[A_SCOPE]] && !isnull[layout.attidx[A_KEY]] &&
+		text_equals(values[layout.attidx[A_SCOPE]], f->scope) &&
+		text_equals(values[layout.attidx[A_KEY]], f->key) &&
+		DatumGetInt32(values[layout.attidx[A_ATTEMPT]]) == f->attempt &&
+		(status == STATUS_IN_PROGRESS || status == STATUS_UNKNOWN ||
+		 status == STATUS_RETRYABLE || (f->on_commit && status == STATUS_SUCCEEDED));
+	if (!fence_ok)
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
+
+	values[layout.attidx[A_STATUS]] = idempo_status_datum(f->to);
+	set_ptr(values, isnull, A_RESULT, f->result);
+	set_ptr(values, isnull, A_TARGET_REF, f->target_ref);
+	set_ptr(values, isnull, A_ERROR, f->error);
+	set_ts(values, isnull, A_COMPLETED_AT, f->completed_at);
+	set_ts(values, isnull, A_EXPIRES_AT, f->expires_at);
+	set_ts(values, isnull, A_LEASE_EXPIRES_AT, DT_NOBEGIN);
+	/* sweep_at = LEAST(sweep_at, expires_at): never later than the new expiry */
+	i_sweep = layout.attidx[A_SWEEP_AT];
+	if (!TIMESTAMP_IS_NOBEGIN(f->expires_at) &&
+		(isnull[i_sweep] || f->expires_at < DatumGetTimestampTz(values[i_sweep])))
+		set_ts(values, isnull, A_SWEEP_AT, f->expires_at);
+
+	newtup = heap_form_tuple(desc, values, isnull);
+	simple_heap_update(rel, &old->t_self, newtup);
+
+	/* a HOT update needs no index entries; otherwise add them as UPDATE does */
+	if (!HeapTupleIsHeapOnly(newtup))
+	{
+		EState	   *estate;
+		ResultRelInfo *rri = begin_index_work(rel, &estate, false);
+		TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsHeapTuple);
+
+		ExecStoreHeapTuple(newtup, slot, false);
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+		end_index_work(rri, estate);
+	}
+
+	*tid = newtup->t_self;
+	table_close(rel, NoLock);
+	return true;
+}
