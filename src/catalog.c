@@ -16,11 +16,18 @@
  */
 #include "idempo.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -32,6 +39,15 @@ const char *const idempo_status_names[NUM_STATUSES] = {
 const char *const idempo_outcome_names[NUM_OUTCOMES] = {
 	"acquired", "replay", "busy", "conflict", "unknown", "in_review", "stale"
 };
+
+/*
+ * The versions of idempo's SQL objects (pg_extension.extversion) this
+ * library works with.  One library serves every database of the server, and
+ * a database keeps its version until ALTER EXTENSION idempo UPDATE: a
+ * version drops out of this list when a later schema change makes the C
+ * code depend on objects that version does not have.
+ */
+static const char *const supported_versions[] = {"0.1.0", "0.2.0"};
 
 static IdempoCatalog catalog;
 static bool catalog_valid = false;
@@ -100,6 +116,60 @@ type_oid(const char *name, Oid nsp)
 	return typid;
 }
 
+/* pg_extension.extversion of idempo in this database. */
+static char *
+installed_version(void)
+{
+	Oid			ext = get_extension_oid("idempo", true);
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+
+	if (!OidIsValid(ext))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"idempo\" is not installed in this database"),
+				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/* Refuses to run against SQL objects of a version this library does not know. */
+static void
+check_version(void)
+{
+	char	   *version = installed_version();
+	int			i;
+
+	for (i = 0; i < lengthof(supported_versions); i++)
+		if (version != NULL && strcmp(version, supported_versions[i]) == 0)
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("the idempo library does not support version %s of the extension installed in this database",
+					version ? version : "(none)"),
+			 errdetail("This library supports versions %s to %s.", supported_versions[0],
+					   supported_versions[lengthof(supported_versions) - 1]),
+			 errhint("If that version is older, run ALTER EXTENSION idempo UPDATE in this database; if it is newer, install the idempo library of that version.")));
+}
+
 /* The cached OIDs, looked up again if an invalidation arrived since. */
 const IdempoCatalog *
 idempo_catalog(void)
@@ -117,6 +187,7 @@ idempo_catalog(void)
 				(errcode(ERRCODE_UNDEFINED_SCHEMA),
 				 errmsg("schema \"idempo\" does not exist"),
 				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
+	check_version();
 	fresh.scopes_relid = relation_oid("scopes", fresh.namespace_oid);
 	fresh.operations_relid = relation_oid("operations", fresh.namespace_oid);
 

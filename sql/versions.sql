@@ -1,0 +1,25 @@
+-- One library serves every database, whatever version of idempo's SQL objects each one has:
+-- it works with the versions it supports, before and after ALTER EXTENSION idempo UPDATE, and
+-- refuses, with a hint, objects of a version it does not know.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+CREATE EXTENSION idempo VERSION '0.1.0';
+RESET client_min_messages;
+SELECT name FROM idempo.create_scope('v', retention => '1 day', lease => '5 minutes');
+SELECT outcome FROM idempo.claim('v', 'before-update', complete_on_commit => true);
+ALTER EXTENSION idempo UPDATE;
+SELECT extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'idempo') AS updated
+FROM pg_extension WHERE extname = 'idempo';
+SELECT outcome FROM idempo.claim('v', 'before-update');
+SELECT outcome FROM idempo.claim('v', 'after-update');
+
+-- as if the database's objects were newer than this library (a downgrade of the binaries)
+UPDATE pg_extension SET extversion = '9.9.9' WHERE extname = 'idempo';
+\c -
+SELECT regress.err($$SELECT idempo.claim('v', 'refused')$$);
+SELECT regress.err($$SELECT idempo.lookup('v', 'after-update')$$);
+UPDATE pg_extension SET extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'idempo')
+WHERE extname = 'idempo';
+\c -
+SELECT outcome FROM idempo.claim('v', 'refused');
+SELECT * FROM idempo.check_consistency();
