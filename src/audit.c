@@ -60,8 +60,8 @@ int64
 idempo_open_review(const char *scope, const char *key, const char *reason, const char *detail,
 				   TimestampTz at)
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
 	values[0] = CStringGetTextDatum(scope);
@@ -69,8 +69,13 @@ idempo_open_review(const char *scope, const char *key, const char *reason, const
 	values[2] = CStringGetTextDatum(reason);
 	values[3] = TimestampTzGetDatum(at);
 	values[4] = text_or_null(detail, &nulls[4]);
-	if (idempo_spi_execute(PLAN_REVIEW_OPEN, values, nulls, 0) == 1)
-		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* the snapshot: the row as it is now, as text */
+	if (idempo_spi_execute(PLAN_OP_LOOKUP, values, NULL, 1) == 1)
+	{
+		values[5] = CStringGetTextDatum(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		if (idempo_spi_execute(PLAN_REVIEW_OPEN, values, nulls, 0) == 1)
+			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
 
 	if (idempo_spi_execute(PLAN_REVIEW_FIND_OPEN, values, NULL, 1) == 1)
 		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

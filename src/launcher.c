@@ -11,7 +11,7 @@
  * is not a template, is listed in idempo.databases (empty: all) and has no
  * sweeper yet.  A sweeper that finds no idempo extension exits; the
  * launcher looks again after EXTENSION_RECHECK, or at once when a CREATE
- * EXTENSION idempo wakes it (db_guard.c).  Sweepers of databases that went
+ * EXTENSION idempo wakes it (db_guard.c) or on SIGHUP.  Sweepers of databases that went
  * away or were unlisted are stopped.  If the launcher dies, the postmaster
  * restarts it after LAUNCHER_RESTART seconds.
  *
@@ -158,10 +158,11 @@ launcher_round(bool recheck_all)
 			db->next_start = 0;
 		}
 		db->seen = true;
-		if (recheck_all && db->handle == NULL)
+		if (sweeper_running(db))
+			continue;
+		if (recheck_all)
 			db->next_start = 0;
-		if (!sweeper_running(db) && now >= db->next_start &&
-			!idempo_database_held(db->database_id, now))
+		if (now >= db->next_start && !idempo_database_held(db->database_id, now))
 		{
 			start_dbs = lappend(start_dbs, db);
 			start_names = lappend(start_names, pstrdup(NameStr(form->datname)));
@@ -220,12 +221,18 @@ idempo_launcher_main(Datum main_arg)
 		bool		recheck;
 
 		CHECK_FOR_INTERRUPTS();
+		recheck = idempo_take_recheck_request();
 		if (ConfigReloadPending)
 		{
+			/*
+			 * A reload also makes it look again at once at databases that had
+			 * no extension: a CREATE EXTENSION committed in two phases (Citus
+			 * propagating it to a worker) does not wake the launcher.
+			 */
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			recheck = true;
 		}
-		recheck = idempo_take_recheck_request();
 		if (idempo_worker_enabled)
 			launcher_round(recheck);
 		idempo_launcher_report_round();

@@ -2,7 +2,7 @@
  *
  * op_row.c
  *	  Reading and writing whole rows of idempo.operations through the kept
- *	  plans, column order as in plans.c's OP_COLUMNS.
+ *	  plans, column order as in OP_COLUMNS (op_row.h).
  *
  *-------------------------------------------------------------------------
  */

@@ -37,6 +37,11 @@ typedef struct OpRow
 	int32		attempt_base;
 } OpRow;
 
+/* The columns of an operation as statements read and write them whole (OpCol in op_row.c). */
+#define OP_COLUMNS \
+	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
+	"completed_at, expires_at, sweep_at, result, target_ref, error, params, attempt_base"
+
 typedef enum OpReadMode
 {
 	OP_READ_PLAIN,

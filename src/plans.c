@@ -30,10 +30,8 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-/* Columns of an operation as read and written by the claim path (see OpCol in claim.c). */
-#define OP_COLUMNS \
-	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
-	"completed_at, expires_at, sweep_at, result, target_ref, error, params, attempt_base"
+#include "op_row.h"
+
 #define OP_BY_KEY \
 	" FROM idempo.operations WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
 
@@ -109,12 +107,16 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2",
 		"tt"
 	},
+	/*
+	 * $6 is the operation row as text (PLAN_OP_LOOKUP): a plain INSERT ...
+	 * VALUES that names its key, which Citus can route inside a delegated
+	 * call (an INSERT ... SELECT it cannot).
+	 */
 	[PLAN_REVIEW_OPEN] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
-		"SELECT o.scope, o.key, $3, $4, o, $5 FROM idempo.operations o "
-		"WHERE o.scope OPERATOR(pg_catalog.=) $1 AND o.key OPERATOR(pg_catalog.=) $2 "
+		"VALUES ($1, $2, $3, $4, $6::idempo.operations, $5) "
 		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id",
-		"tttTt"
+		"tttTtt"
 	},
 	[PLAN_REVIEW_FIND_OPEN] = {
 		"SELECT id FROM idempo.reviews WHERE scope OPERATOR(pg_catalog.=) $1 "

@@ -172,6 +172,12 @@ idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
 /*
  * Trigger on idempo.scopes: make every backend (this one at once, the others
  * at commit) forget its cached scopes.
+ *
+ * On a Citus cluster idempo.scopes is a reference table: a change runs on
+ * the table's placement on every node (the relation idempo.scopes_<shardid>),
+ * and it is there that the trigger fires, not on idempo.scopes itself.  So
+ * the invalidation always names idempo.scopes, which is what catalog.c's
+ * callback watches, and every node's backends drop their copies.
  */
 Datum
 idempo_scopes_changed(PG_FUNCTION_ARGS)
@@ -183,5 +189,7 @@ idempo_scopes_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("idempo.scopes_changed() must be called as a trigger")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
+	if (RelationGetRelid(trigdata->tg_relation) != idempo_catalog()->scopes_relid)
+		CacheInvalidateRelcacheByRelid(idempo_catalog()->scopes_relid);
 	PG_RETURN_POINTER(NULL);
 }

@@ -16,11 +16,16 @@
  * the work; a claim waits at most for one batch's transaction.  Each kind of
  * change is one statement over arrays of keys.
  *
+ * On a Citus cluster (idempo.operations distributed) the same batch runs
+ * once per shard of idempo.operations that this node holds, on the shard
+ * relations themselves (citus.c explains why); each node sweeps its own.
+ *
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
 
 #include "catalog/pg_type.h"
+#include "citus.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "op_row.h"
@@ -78,6 +83,15 @@ keylist_add(KeyList *l, Datum scope, Datum key, IdempoStatus status, TimestampTz
 	l->n++;
 }
 
+/* Runs one sweep statement on idempo's tables, or on one local shard (Citus). */
+static int
+sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum *args)
+{
+	if (shard == NULL)
+		return idempo_spi_execute(id, args, NULL, 0);
+	return idempo_citus_sweep_execute(shard, id, args);
+}
+
 static Datum
 text_array(Datum *elems, int n)
 {
@@ -85,7 +99,7 @@ text_array(Datum *elems, int n)
 }
 
 static void
-run_purge(KeyList *l)
+run_purge(const IdempoCitusShard *shard, KeyList *l)
 {
 	Datum		args[2];
 
@@ -93,11 +107,11 @@ run_purge(KeyList *l)
 		return;
 	args[0] = text_array(l->scope, l->n);
 	args[1] = text_array(l->key, l->n);
-	idempo_spi_execute(PLAN_SWEEP_PURGE, args, NULL, 0);
+	sweep_execute(shard, PLAN_SWEEP_PURGE, args);
 }
 
 static void
-run_open_reviews(KeyList *l, TimestampTz now)
+run_open_reviews(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
 {
 	Datum		args[3];
 
@@ -106,11 +120,11 @@ run_open_reviews(KeyList *l, TimestampTz now)
 	args[0] = text_array(l->scope, l->n);
 	args[1] = text_array(l->key, l->n);
 	args[2] = TimestampTzGetDatum(now);
-	idempo_spi_execute(PLAN_SWEEP_REVIEW, args, NULL, 0);
+	sweep_execute(shard, PLAN_SWEEP_REVIEW, args);
 }
 
 static void
-run_set(KeyList *l)
+run_set(const IdempoCitusShard *shard, KeyList *l)
 {
 	Datum		args[5];
 	int			dims[1];
@@ -126,52 +140,52 @@ run_set(KeyList *l)
 												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
 												 TYPALIGN_DOUBLE));
 	args[4] = PointerGetDatum(construct_array(l->clear_lease, l->n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	idempo_spi_execute(PLAN_SWEEP_SET, args, NULL, 0);
+	sweep_execute(shard, PLAN_SWEEP_SET, args);
 }
 
 static IdempoSweepCounts *
-tally_for(ScopeTally *tallies, int *ntallies, const char *scope)
+tally_for(List **tallies, const char *scope)
 {
-	int			i;
+	ListCell   *lc;
+	ScopeTally *t;
 
-	for (i = 0; i < *ntallies; i++)
-		if (strcmp(tallies[i].scope, scope) == 0)
-			return &tallies[i].counts;
-	strlcpy(tallies[*ntallies].scope, scope, sizeof(tallies[0].scope));
-	memset(&tallies[*ntallies].counts, 0, sizeof(IdempoSweepCounts));
-	return &tallies[(*ntallies)++].counts;
+	foreach(lc, *tallies)
+	{
+		t = lfirst(lc);
+		if (strcmp(t->scope, scope) == 0)
+			return &t->counts;
+	}
+	t = palloc0(sizeof(ScopeTally));
+	strlcpy(t->scope, scope, sizeof(t->scope));
+	*tallies = lappend(*tallies, t);
+	return &t->counts;
 }
 
 /*
- * One batch, inside an idempo SPI session.  Adds to *total; if tally is
- * given, calls it once per scope that had changes.
+ * One batch on idempo's tables, or on one local shard of them (Citus);
+ * adds per scope to *tallies.  Returns the number of rows examined.
  */
-void
-idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
-				   idempo_sweep_tally_fn tally, void *tally_arg)
+static int
+sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, List **tallies)
 {
 	Datum		args[2];
 	int			n,
-				i,
-				ntallies = 0;
+				i;
 	SPITupleTable *due;
 	KeyList		purge,
 				review,
 				set;
-	ScopeTally *tallies;
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int32GetDatum(batch);
-	n = idempo_spi_execute(PLAN_SWEEP_DUE, args, NULL, 0);
+	n = sweep_execute(shard, PLAN_SWEEP_DUE, args);
 	due = SPI_tuptable;
-	total->rows_seen += n;
 	if (n == 0)
-		return;
+		return 0;
 
 	keylist_init(&purge, n);
 	keylist_init(&review, n);
 	keylist_init(&set, n);
-	tallies = palloc(sizeof(ScopeTally) * n);
 
 	for (i = 0; i < n; i++)
 	{
@@ -198,7 +212,7 @@ idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *tot
 			continue;
 		}
 		from = r.status;
-		c = tally_for(tallies, &ntallies, s->name);
+		c = tally_for(tallies, s->name);
 		switch (op_expiry(&r, s, now, &next_due))
 		{
 			case EXPIRY_ABSENT:
@@ -231,19 +245,47 @@ idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *tot
 	}
 
 	/* reviews first: their snapshot shows the row before it changes */
-	run_open_reviews(&review, now);
-	run_set(&set);
-	run_purge(&purge);
+	run_open_reviews(shard, &review, now);
+	run_set(shard, &set);
+	run_purge(shard, &purge);
+	return n;
+}
 
-	for (i = 0; i < ntallies; i++)
+/*
+ * One batch, inside an idempo SPI session.  Adds to *total; if tally is
+ * given, calls it once per scope that had changes.  On a Citus node, one
+ * batch per local shard of idempo.operations; rows_seen is then that of
+ * the fullest shard, so that a caller looping while batches are full keeps
+ * going exactly while some shard has more.
+ */
+void
+idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
+				   idempo_sweep_tally_fn tally, void *tally_arg)
+{
+	List	   *tallies = NIL;
+	ListCell   *lc;
+
+	if (!idempo_citus_distributed())
+		total->rows_seen += sweep_one(NULL, batch, now, actor, &tallies);
+	else
 	{
-		IdempoSweepCounts *c = &tallies[i].counts;
+		int			fullest = 0;
+
+		foreach(lc, idempo_citus_local_shards())
+			fullest = Max(fullest, sweep_one(lfirst(lc), batch, now, actor, &tallies));
+		total->rows_seen += fullest;
+	}
+
+	foreach(lc, tallies)
+	{
+		ScopeTally *t = lfirst(lc);
+		IdempoSweepCounts *c = &t->counts;
 
 		total->lease_expired += c->lease_expired;
 		total->moved_to_review += c->moved_to_review;
 		total->purged += c->purged;
 		if (tally && (c->lease_expired || c->moved_to_review || c->purged))
-			tally(tallies[i].scope, c, tally_arg);
+			tally(t->scope, c, tally_arg);
 	}
 }
 
@@ -277,6 +319,11 @@ idempo_sweep(PG_FUNCTION_ARGS)
 	memset(&total, 0, sizeof(total));
 	idempo_spi_begin(&session);
 	idempo_sweep_batch(batch, idempo_now(), session.save_userid, &total, NULL, NULL);
+	if (total.rows_seen == 0 && idempo_citus_distributed() && idempo_citus_local_shards() == NIL)
+		ereport(NOTICE,
+				(errmsg("this node holds no shard of idempo.operations: nothing to sweep here"),
+				 errdetail("On a Citus cluster every node sweeps its own shards; its background worker does so by itself."),
+				 errhint("To sweep by hand, run it on every node: SELECT * FROM run_command_on_all_nodes('SELECT idempo.sweep()');")));
 	idempo_spi_end(&session);
 
 	values[0] = Int64GetDatum(total.lease_expired);

@@ -414,6 +414,7 @@ CREATE FUNCTION idempo.alter_scope(
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s idempo.scopes;
+    r interval;
 BEGIN
     IF alter_scope.name IS NULL THEN
         RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
@@ -464,10 +465,15 @@ BEGIN
         updated_at = s.updated_at
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
-    UPDATE idempo.operations AS o SET sweep_at = o.first_seen_at + s.retention
+    -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
+    -- exact, and immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
+    r := make_interval(days => ((extract(year FROM s.retention) * 12 + extract(month FROM s.retention)) * 30
+                                + extract(day FROM s.retention))::integer)
+         + (s.retention - date_trunc('day', s.retention));
+    UPDATE idempo.operations AS o SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
     WHERE o.scope = s.name
       AND o.status IN ('in_progress', 'retryable', 'unknown')
-      AND o.sweep_at > o.first_seen_at + s.retention;
+      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
     RETURN s;
 END
 $$;
