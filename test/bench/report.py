@@ -212,8 +212,9 @@ for v, d in PATHS.items():
         w(f"| `{v}` | {d} | {fmt(med(tps))} | {fmt(med(col('write', A, v, 2)))} | "
           f"{fmt(med(col('write', A, v, 3)))} |")
 w("\nThe busy path was measured both ways: `busy_lease` (a committed `in_progress` row with a live "
-  "lease; the key lock is free, the row is read `FOR UPDATE SKIP LOCKED`) and `busy_locked` (a "
-  f"background psql holds 1000 claimed keys in an open transaction; the key lock is only tried). "
+  "lease; nobody holds the row, it is read `FOR UPDATE SKIP LOCKED`) and `busy_locked` (a "
+  f"background psql holds 1000 claimed keys in an open transaction; the claim sees the running "
+  f"inserter in the primary key and answers without waiting). "
   "The conflict path starts one background worker per conflict, so it is expected to be slow.\n")
 
 w("## 3. Claim latency against stored operations\n")
