@@ -177,49 +177,34 @@ idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum
 	switch (id)
 	{
 		case PLAN_SWEEP_DUE:
-			sql = psprintf("SELECT scope, key, " OP_COLUMNS " FROM %s "
-						   "WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 "
-						   "FOR UPDATE SKIP LOCKED", shard->operations);
+			sql = psprintf("SELECT " SWEEP_DUE_COLUMNS " FROM %s " SWEEP_DUE_WHERE,
+						   shard->operations);
 			types[0] = TIMESTAMPTZOID;
 			types[1] = INT4OID;
 			nargs = 2;
 			break;
 		case PLAN_SWEEP_PURGE:
-			sql = psprintf("DELETE FROM %s o "
-						   "USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
-						   "WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
-						   shard->operations);
-			types[0] = TEXTARRAYOID;
-			types[1] = TEXTARRAYOID;
-			nargs = 2;
+			sql = psprintf("DELETE FROM %s o " SWEEP_PURGE_WHERE, shard->operations);
+			types[0] = TIDARRAYOID;
+			nargs = 1;
 			break;
 		case PLAN_SWEEP_REVIEW:
 			sql = psprintf("INSERT INTO %s (id, scope, key, reason, opened_at, operation) "
 						   "SELECT pg_catalog.nextval('idempo.reviews_id_seq'), o.scope, o.key, "
-						   "'retention_expired', $3, ROW(o.*)::idempo.operations "
-						   "FROM %s o "
-						   "JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
-						   "ON o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key "
-						   "ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING",
+						   "'retention_expired', $2, ROW(o.*)::idempo.operations "
+						   "FROM %s o " SWEEP_REVIEW_WHERE,
 						   shard->reviews, shard->operations);
-			types[0] = TEXTARRAYOID;
-			types[1] = TEXTARRAYOID;
-			types[2] = TIMESTAMPTZOID;
-			nargs = 3;
+			types[0] = TIDARRAYOID;
+			types[1] = TIMESTAMPTZOID;
+			nargs = 2;
 			break;
 		case PLAN_SWEEP_SET:
-			sql = psprintf("UPDATE %s o SET status = d.status::idempo.status, sweep_at = d.sweep_at, "
-						   "lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END "
-						   "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), "
-						   "pg_catalog.unnest($4), pg_catalog.unnest($5)) AS d(scope, key, status, sweep_at, clear_lease) "
-						   "WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
-						   shard->operations);
-			types[0] = TEXTARRAYOID;
+			sql = psprintf("UPDATE %s o " SWEEP_SET_REST, shard->operations);
+			types[0] = TIDARRAYOID;
 			types[1] = TEXTARRAYOID;
-			types[2] = TEXTARRAYOID;
-			types[3] = TIMESTAMPTZARRAYOID;
-			types[4] = BOOLARRAYOID;
-			nargs = 5;
+			types[2] = TIMESTAMPTZARRAYOID;
+			types[3] = BOOLARRAYOID;
+			nargs = 4;
 			break;
 		default:
 			elog(ERROR, "statement %d is not a sweep statement", (int) id);

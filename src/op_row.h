@@ -42,6 +42,25 @@ typedef struct OpRow
 	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
 	"completed_at, expires_at, sweep_at, result, target_ref, error, params, attempt_base"
 
+/*
+ * The sweep's statements, but for the tables they name (plans.c: idempo's
+ * tables; citus.c: one node's shards).  The due rows come locked, ctid
+ * first; the changes name the rows by ctid (see sweep.c).
+ */
+#define SWEEP_DUE_COLUMNS "ctid, scope, key, " OP_COLUMNS
+#define SWEEP_DUE_WHERE \
+	"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+#define SWEEP_PURGE_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+#define SWEEP_REVIEW_WHERE \
+	"WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1) " \
+	"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING"
+#define SWEEP_SET_REST \
+	"SET status = d.status::idempo.status, sweep_at = d.sweep_at, " \
+	"lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END " \
+	"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), " \
+	"pg_catalog.unnest($4)) AS d(tid, status, sweep_at, clear_lease) " \
+	"WHERE o.ctid OPERATOR(pg_catalog.=) d.tid"
+
 typedef enum OpReadMode
 {
 	OP_READ_PLAIN,

@@ -40,7 +40,7 @@ typedef struct PlanDef
 	const char *sql;
 	/*
 	 * one letter per parameter: t text, b bytea, i int4, T timestamptz, j jsonb, B bool,
-	 * and arrays: a text[], z timestamptz[], o bool[]
+	 * and arrays: a text[], z timestamptz[], o bool[], c tid[]
 	 */
 	const char *args;
 } PlanDef;
@@ -140,32 +140,22 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	 * statement per kind of change for the whole batch.
 	 */
 	[PLAN_SWEEP_DUE] = {
-		"SELECT scope, key, " OP_COLUMNS " FROM idempo.operations "
-		"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+		"SELECT " SWEEP_DUE_COLUMNS " FROM idempo.operations " SWEEP_DUE_WHERE,
 		"Ti"
 	},
 	[PLAN_SWEEP_PURGE] = {
-		"DELETE FROM idempo.operations o "
-		"USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
-		"WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
-		"aa"
+		"DELETE FROM idempo.operations o " SWEEP_PURGE_WHERE,
+		"c"
 	},
 	[PLAN_SWEEP_REVIEW] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
-		"SELECT o.scope, o.key, 'retention_expired', $3, o "
-		"FROM idempo.operations o "
-		"JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(scope, key) "
-		"ON o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key "
-		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING",
-		"aaT"
+		"SELECT o.scope, o.key, 'retention_expired', $2, o FROM idempo.operations o "
+		SWEEP_REVIEW_WHERE,
+		"cT"
 	},
 	[PLAN_SWEEP_SET] = {
-		"UPDATE idempo.operations o SET status = d.status::idempo.status, sweep_at = d.sweep_at, "
-		"lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END "
-		"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), "
-		"pg_catalog.unnest($4), pg_catalog.unnest($5)) AS d(scope, key, status, sweep_at, clear_lease) "
-		"WHERE o.scope OPERATOR(pg_catalog.=) d.scope AND o.key OPERATOR(pg_catalog.=) d.key",
-		"aaazo"
+		"UPDATE idempo.operations o " SWEEP_SET_REST,
+		"cazo"
 	},
 	[PLAN_CONFLICT_RECORD] = {
 		"INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint, "
@@ -204,6 +194,8 @@ plan_arg_type(char c)
 			return TIMESTAMPTZARRAYOID;
 		case 'o':
 			return BOOLARRAYOID;
+		case 'c':
+			return TIDARRAYOID;
 	}
 	elog(ERROR, "unrecognized plan argument type '%c'", c);
 	pg_unreachable();

@@ -40,12 +40,16 @@ PG_FUNCTION_INFO_V1(idempo_sweep);
 /* how long the sweep leaves alone the operations of a scope that does not exist */
 #define ORPHAN_RETRY_US (USECS_PER_HOUR)
 
-/* Arrays of one kind of change, parallel by index. */
+/*
+ * Arrays of one kind of change, parallel by index.  Rows are named by their
+ * ctid: the batch holds them locked FOR UPDATE, so no one else can move
+ * them, and each row appears in one statement that changes it; a TID scan
+ * spares every statement a primary-key descent per row.
+ */
 typedef struct KeyList
 {
 	int			n;
-	Datum	   *scope;
-	Datum	   *key;
+	Datum	   *tid;
 	Datum	   *status;			/* PLAN_SWEEP_SET only */
 	Datum	   *sweep_at;
 	bool	   *sweep_at_null;
@@ -62,8 +66,7 @@ static void
 keylist_init(KeyList *l, int capacity)
 {
 	l->n = 0;
-	l->scope = palloc(sizeof(Datum) * capacity);
-	l->key = palloc(sizeof(Datum) * capacity);
+	l->tid = palloc(sizeof(Datum) * capacity);
 	l->status = palloc(sizeof(Datum) * capacity);
 	l->sweep_at = palloc(sizeof(Datum) * capacity);
 	l->sweep_at_null = palloc(sizeof(bool) * capacity);
@@ -71,11 +74,9 @@ keylist_init(KeyList *l, int capacity)
 }
 
 static void
-keylist_add(KeyList *l, Datum scope, Datum key, IdempoStatus status, TimestampTz sweep_at,
-			bool clear_lease)
+keylist_add(KeyList *l, Datum tid, IdempoStatus status, TimestampTz sweep_at, bool clear_lease)
 {
-	l->scope[l->n] = scope;
-	l->key[l->n] = key;
+	l->tid[l->n] = tid;
 	l->status[l->n] = CStringGetTextDatum(idempo_status_names[status]);
 	l->sweep_at[l->n] = TimestampTzGetDatum(sweep_at);
 	l->sweep_at_null[l->n] = TIMESTAMP_IS_NOBEGIN(sweep_at);
@@ -98,48 +99,52 @@ text_array(Datum *elems, int n)
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
+static Datum
+tid_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TIDOID, sizeof(ItemPointerData), false,
+										   TYPALIGN_SHORT));
+}
+
 static void
 run_purge(const IdempoCitusShard *shard, KeyList *l)
 {
-	Datum		args[2];
+	Datum		args[1];
 
 	if (l->n == 0)
 		return;
-	args[0] = text_array(l->scope, l->n);
-	args[1] = text_array(l->key, l->n);
+	args[0] = tid_array(l->tid, l->n);
 	sweep_execute(shard, PLAN_SWEEP_PURGE, args);
 }
 
 static void
 run_open_reviews(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
 {
-	Datum		args[3];
+	Datum		args[2];
 
 	if (l->n == 0)
 		return;
-	args[0] = text_array(l->scope, l->n);
-	args[1] = text_array(l->key, l->n);
-	args[2] = TimestampTzGetDatum(now);
+	args[0] = tid_array(l->tid, l->n);
+	args[1] = TimestampTzGetDatum(now);
 	sweep_execute(shard, PLAN_SWEEP_REVIEW, args);
 }
 
 static void
 run_set(const IdempoCitusShard *shard, KeyList *l)
 {
-	Datum		args[5];
+	Datum		args[4];
 	int			dims[1];
 	int			lbs[1] = {1};
 
 	if (l->n == 0)
 		return;
 	dims[0] = l->n;
-	args[0] = text_array(l->scope, l->n);
-	args[1] = text_array(l->key, l->n);
-	args[2] = text_array(l->status, l->n);
-	args[3] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
+	args[0] = tid_array(l->tid, l->n);
+	args[1] = text_array(l->status, l->n);
+	args[2] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
 												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
 												 TYPALIGN_DOUBLE));
-	args[4] = PointerGetDatum(construct_array(l->clear_lease, l->n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	args[3] = PointerGetDatum(construct_array(l->clear_lease, l->n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	sweep_execute(shard, PLAN_SWEEP_SET, args);
 }
 
@@ -191,8 +196,9 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 	{
 		HeapTuple	tuple = due->vals[i];
 		bool		isnull;
-		Datum		scope_d = SPI_getbinval(tuple, due->tupdesc, 1, &isnull);
-		Datum		key_d = SPI_getbinval(tuple, due->tupdesc, 2, &isnull);
+		Datum		tid_d = SPI_getbinval(tuple, due->tupdesc, 1, &isnull);
+		Datum		scope_d = SPI_getbinval(tuple, due->tupdesc, 2, &isnull);
+		Datum		key_d = SPI_getbinval(tuple, due->tupdesc, 3, &isnull);
 		char	   *scope_name = TextDatumGetCString(scope_d);
 		const IdempoScope *s = idempo_scope_find(scope_name);
 		IdempoSweepCounts *c;
@@ -200,7 +206,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 		TimestampTz next_due;
 		IdempoStatus from;
 
-		op_row_from_tuple(tuple, due->tupdesc, 3, &r);
+		op_row_from_tuple(tuple, due->tupdesc, 4, &r);
 		if (s == NULL)
 		{
 			/* a scope row deleted by hand: leave its operations alone, and say so */
@@ -208,7 +214,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 					(errmsg("idempo sweep: scope \"%s\" of an operation does not exist", scope_name),
 					 errhint("Recreate the scope with idempo.create_scope('%s'); its operations are looked at again hourly.",
 							 scope_name)));
-			keylist_add(&set, scope_d, key_d, r.status, idempo_time_add(now, ORPHAN_RETRY_US), false);
+			keylist_add(&set, tid_d, r.status, idempo_time_add(now, ORPHAN_RETRY_US), false);
 			continue;
 		}
 		from = r.status;
@@ -216,12 +222,12 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 		switch (op_expiry(&r, s, now, &next_due))
 		{
 			case EXPIRY_ABSENT:
-				keylist_add(&purge, scope_d, key_d, r.status, DT_NOBEGIN, false);
+				keylist_add(&purge, tid_d, r.status, DT_NOBEGIN, false);
 				c->purged++;
 				break;
 			case EXPIRY_REVIEW:
-				keylist_add(&review, scope_d, key_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
-				keylist_add(&set, scope_d, key_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
+				keylist_add(&review, tid_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
+				keylist_add(&set, tid_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
 				c->moved_to_review++;
 				idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from,
 								 STATUS_IN_REVIEW, -1, "sweep", now, actor);
@@ -231,7 +237,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 				{
 					IdempoStatus to = s->retry_on_lease_expiry ? STATUS_RETRYABLE : STATUS_UNKNOWN;
 
-					keylist_add(&set, scope_d, key_d, to, op_review_at(&r, s), true);
+					keylist_add(&set, tid_d, to, op_review_at(&r, s), true);
 					c->lease_expired++;
 					idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from, to, -1,
 									 "sweep", now, actor);
@@ -239,7 +245,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 				}
 			case EXPIRY_NONE:
 				/* sweep_at was early: come back when something is due */
-				keylist_add(&set, scope_d, key_d, r.status, next_due, false);
+				keylist_add(&set, tid_d, r.status, next_due, false);
 				break;
 		}
 	}
