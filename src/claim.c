@@ -6,8 +6,9 @@
  *
  * Protocol, for one (scope, key):
  *
- * 1. The common case, a new key, is one statement:
- *	  INSERT ... ON CONFLICT (scope, key) DO NOTHING.  A row inserted means
+ * 1. The common case, a new key, is one insertion with the semantics of
+ *	  INSERT ... ON CONFLICT (scope, key) DO NOTHING (done through the access
+ *	  methods by direct.c, or as that statement).  A row inserted means
  *	  'acquired'.  If another transaction inserted the key and has not ended
  *	  yet, the INSERT waits for it (the unique index does that), so a second
  *	  claim sees what the first one left behind: committed, its record;
