@@ -482,7 +482,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errmsg("scope \"%s\" stores keys hashed (hash_keys), which idempo does not support on a Citus cluster",
 						a.scope->name),
 				 errhint("Pass a digest of the key yourself as the key, in a scope without hash_keys, and distribute the business table by it.")));
-	a.key = idempo_key_arg(fcinfo, 1, a.scope);
+	/* the key outlives the SPI session: conflicts.c records it after idempo_spi_end() */
+	a.key = MemoryContextStrdup(callcxt, idempo_key_arg(fcinfo, 1, a.scope));
 	idempo_scope_check_use(a.scope, a.key, a.user);
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);

@@ -102,13 +102,15 @@ Datum
 idempo_stored_key(PG_FUNCTION_ARGS)
 {
 	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
+	MemoryContext callcxt = CurrentMemoryContext;
 	IdempoSpiSession session;
 	const IdempoScope *scope;
 	char	   *key;
 
 	idempo_spi_begin(&session);
 	scope = idempo_scope_get(scope_name);
-	key = idempo_key_arg(fcinfo, 1, scope);
+	/* SPI's memory goes away with the session */
+	key = MemoryContextStrdup(callcxt, idempo_key_arg(fcinfo, 1, scope));
 	idempo_spi_end(&session);
 	PG_RETURN_TEXT_P(cstring_to_text(key));
 }
