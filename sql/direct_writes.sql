@@ -82,4 +82,16 @@ FROM idempo.operations WHERE key LIKE 'bulk-%';
 -- replays and conflicts see the committed records
 SELECT (idempo.claim('dw', 'bulk-7', '{"i":7}')).outcome, (idempo.claim('dw', 'bulk-7', '{"i":8}')).outcome;
 
+-- a read-only transaction refuses the writes on both paths
+BEGIN READ ONLY;
+SELECT regress.err($$SELECT idempo.claim('dw', 'read-only')$$);
+SELECT regress.err($$SELECT idempo.claim('dw', 'read-only', wait => false)$$);
+COMMIT;
+BEGIN;
+SELECT (idempo.claim('dw', 'read-only-later')).outcome;
+SET TRANSACTION READ ONLY;
+SELECT regress.err($$SELECT idempo.complete('dw', 'read-only-later')$$);
+ROLLBACK;
+SELECT count(*) FROM idempo.operations WHERE key LIKE 'read-only%';
+
 SELECT * FROM idempo.check_consistency();

@@ -147,7 +147,8 @@ open_operations(void)
 	Oid			relid;
 	Relation	rel;
 
-	if (!idempo_direct_writes)
+	/* a read-only transaction (or a standby): the SQL statement refuses with 25006 */
+	if (!idempo_direct_writes || XactReadOnly)
 		return NULL;
 	if (!callback_registered)
 	{
