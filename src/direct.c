@@ -229,6 +229,26 @@ form_values(const char *scope, const char *key, const OpRow *r, Datum *values, b
 	isnull[layout.attidx[A_ATTEMPT_BASE]] = false;
 }
 
+/*
+ * The NOT NULL check that ExecConstraints() would make: what we fill is
+ * never NULL where the table says NOT NULL, but a mistake must be an error,
+ * not a stored row that breaks the state machine.
+ */
+static void
+check_not_null(TupleDesc desc, const bool *isnull)
+{
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attnotnull && !att->attisdropped && isnull[i])
+			elog(ERROR, "idempo: column \"%s\" of idempo.operations would be NULL",
+				 NameStr(att->attname));
+	}
+}
+
 /* An executor state just big enough for the index routines of execIndexing.c. */
 static ResultRelInfo *
 begin_index_work(Relation rel, EState **estate_out, bool speculative)
@@ -278,6 +298,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
 	ExecClearTuple(slot);
 	form_values(scope, key, r, slot->tts_values, slot->tts_isnull);
+	check_not_null(RelationGetDescr(rel), slot->tts_isnull);
 	ExecStoreVirtualTuple(slot);
 
 	for (;;)
@@ -456,6 +477,9 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 		(isnull[i_sweep] || f->expires_at < DatumGetTimestampTz(values[i_sweep])))
 		set_ts(values, isnull, A_SWEEP_AT, f->expires_at);
 
+	check_not_null(desc, isnull);
+	/* as UPDATE does: refuse if a publication needs a replica identity the table lacks */
+	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 	newtup = heap_form_tuple(desc, values, isnull);
 	simple_heap_update(rel, &old->t_self, newtup);
 
