@@ -94,4 +94,11 @@ SELECT regress.err($$SELECT idempo.complete('dw', 'read-only-later')$$);
 ROLLBACK;
 SELECT count(*) FROM idempo.operations WHERE key LIKE 'read-only%';
 
+-- the table truncated in the same transaction: the attempt's record is gone on both paths
+BEGIN;
+SELECT (idempo.claim('dw', 'truncated')).outcome;
+TRUNCATE idempo.operations;
+SELECT regress.err($$SELECT idempo.complete('dw', 'truncated')$$);
+ROLLBACK;
+
 SELECT * FROM idempo.check_consistency();

@@ -38,9 +38,12 @@
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/stratnum.h"
+#include "access/sysattr.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -52,6 +55,7 @@
 #include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "op_row.h"
 
@@ -84,6 +88,13 @@ static const char *const op_attr_names[NUM_OP_ATTRS] = {
 	"result", "target_ref", "error", "params", "attempt_base"
 };
 
+/* Their types; InvalidOid: idempo.status, whose OID differs per database. */
+static const Oid op_attr_types[NUM_OP_ATTRS] = {
+	TEXTOID, TEXTOID, BYTEAOID, InvalidOid, INT4OID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	JSONBOID, TEXTOID, TEXTOID, JSONBOID, INT4OID
+};
+
 /* What we know about the table; rebuilt after any relcache invalidation of it. */
 static struct
 {
@@ -103,6 +114,28 @@ direct_relcache_callback(Datum arg, Oid relid)
 		layout.valid = false;
 }
 
+/* Whether the primary key is (scope, key), in that order (the busy probe relies on it). */
+static bool
+primary_key_is_scope_key(Relation rel)
+{
+	Oid			pk = RelationGetPrimaryKeyIndex(rel);
+	HeapTuple	tuple;
+	Form_pg_index index;
+	bool		ok;
+
+	if (!OidIsValid(pk))
+		return false;
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(pk));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	index = (Form_pg_index) GETSTRUCT(tuple);
+	ok = index->indnatts == 2 && index->indnkeyatts == 2 &&
+		index->indkey.values[0] == layout.attidx[A_SCOPE] + 1 &&
+		index->indkey.values[1] == layout.attidx[A_KEY] + 1;
+	ReleaseSysCache(tuple);
+	return ok;
+}
+
 /* Whether the table is as the extension created it; fills layout.attidx. */
 static bool
 table_is_plain(Relation rel)
@@ -112,6 +145,7 @@ table_is_plain(Relation rel)
 	int			i;
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relispartition ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
 		rel->trigdesc != NULL ||
 		rel->rd_rel->relhasrules ||
@@ -128,13 +162,16 @@ table_is_plain(Relation rel)
 		for (a = 0; a < NUM_OP_ATTRS; a++)
 			if (strcmp(NameStr(att->attname), op_attr_names[a]) == 0)
 				break;
-		if (a == NUM_OP_ATTRS || att->attgenerated)
+		if (a == NUM_OP_ATTRS || att->attgenerated || att->attidentity)
 			return false;		/* a column this code would not fill */
+		if (att->atttypid != (OidIsValid(op_attr_types[a]) ? op_attr_types[a] :
+							  idempo_catalog()->status_typid) || att->atttypmod != -1)
+			return false;		/* a column of another type than the script made */
 		layout.attidx[a] = i;
 		seen++;
 	}
 	layout.natts = desc->natts;
-	return seen == NUM_OP_ATTRS;
+	return seen == NUM_OP_ATTRS && primary_key_is_scope_key(rel);
 }
 
 /*
@@ -249,6 +286,33 @@ check_not_null(TupleDesc desc, const bool *isnull)
 	}
 }
 
+/*
+ * What ON CONFLICT DO NOTHING does when it finds a conflicting row
+ * (ExecCheckTIDVisible): under REPEATABLE READ or SERIALIZABLE, a row that
+ * the transaction's snapshot cannot see, inserted by another transaction,
+ * is a serialization failure.
+ */
+static void
+check_conflict_visible(Relation rel, EState *estate, ItemPointer conflict_tid)
+{
+	TupleTableSlot *existing;
+	bool		isnull;
+	TransactionId xmin;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	existing = table_slot_create(rel, &estate->es_tupleTable);
+	if (!table_tuple_fetch_row_version(rel, conflict_tid, SnapshotAny, existing))
+		elog(ERROR, "failed to fetch conflicting tuple for ON CONFLICT");
+	if (table_tuple_satisfies_snapshot(rel, existing, GetActiveSnapshot()))
+		return;
+	xmin = DatumGetTransactionId(slot_getsysattr(existing, MinTransactionIdAttributeNumber, &isnull));
+	if (!TransactionIdIsCurrentTransactionId(xmin))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+}
+
 /* An executor state just big enough for the index routines of execIndexing.c. */
 static ResultRelInfo *
 begin_index_work(Relation rel, EState **estate_out, bool speculative)
@@ -312,6 +376,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		/* waits for an in-progress inserter of the key, as ON CONFLICT does */
 		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict_tid, arbiters))
 		{
+			check_conflict_visible(rel, estate, &conflict_tid);
 			result = OP_DIRECT_EXISTS;
 			break;
 		}
@@ -425,6 +490,13 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 
 	if (rel == NULL)
 		return false;
+	/* TRUNCATE or a rewrite in this transaction: a remembered TID means nothing */
+	if (rel->rd_createSubid != InvalidSubTransactionId ||
+		rel->rd_firstRelfilenodeSubid != InvalidSubTransactionId)
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
 	desc = RelationGetDescr(rel);
 
 	/* our own earlier writes must be older than this command (see heap_update) */
