@@ -94,6 +94,27 @@ SELECT regress.err($$SELECT idempo.complete('dw', 'read-only-later')$$);
 ROLLBACK;
 SELECT count(*) FROM idempo.operations WHERE key LIKE 'read-only%';
 
+-- a savepoint rolled back after a re-acquisition: the enclosing transaction's attempt is back
+BEGIN;
+SELECT attempt FROM idempo.claim('dw', 'sp-stack');
+SELECT idempo.fail('dw', 'sp-stack', error => 'upstream timeout', retryable => true);
+SAVEPOINT a;
+SELECT attempt FROM idempo.claim('dw', 'sp-stack');
+ROLLBACK TO SAVEPOINT a;
+SELECT idempo.complete('dw', 'sp-stack', result => '{"attempt":1}');
+COMMIT;
+SELECT status, attempt, result FROM idempo.operations WHERE key = 'sp-stack';
+-- ... and released: the inner attempt is the transaction's
+BEGIN;
+SELECT attempt FROM idempo.claim('dw', 'sp-stack-2');
+SELECT idempo.fail('dw', 'sp-stack-2', error => 'upstream timeout', retryable => true);
+SAVEPOINT a;
+SELECT attempt FROM idempo.claim('dw', 'sp-stack-2');
+RELEASE SAVEPOINT a;
+SELECT idempo.complete('dw', 'sp-stack-2', result => '{"attempt":2}');
+COMMIT;
+SELECT status, attempt, result FROM idempo.operations WHERE key = 'sp-stack-2';
+
 -- the table truncated in the same transaction: the attempt's record is gone on both paths
 BEGIN;
 SELECT (idempo.claim('dw', 'truncated')).outcome;

@@ -7,7 +7,8 @@
  * A claim that answers 'acquired' remembers (scope, key) -> attempt here.
  * The memory lives in TopTransactionContext and is forgotten at the end of
  * the transaction; a rolled-back subtransaction forgets what it acquired,
- * because its claim did not happen either.
+ * because its claim did not happen either, and what an enclosing one had
+ * acquired of the same key is remembered again.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +27,7 @@ typedef struct TxnAttempt
 	bool		on_commit;
 	ItemPointerData tid;		/* where the record is, if this transaction wrote it directly */
 	SubTransactionId tid_subid;	/* the subtransaction that wrote it there */
+	struct TxnAttempt *outer;	/* what an enclosing subtransaction had remembered, if any */
 	char	   *scope;
 	char	   *key;
 } TxnAttempt;
@@ -91,8 +93,17 @@ idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_c
 		a = MemoryContextAlloc(TopTransactionContext, sizeof(TxnAttempt));
 		a->scope = MemoryContextStrdup(TopTransactionContext, scope);
 		a->key = MemoryContextStrdup(TopTransactionContext, key);
+		a->outer = NULL;
 		a->next = bucket->first;
 		bucket->first = a;
+	}
+	else if (a->subid != GetCurrentSubTransactionId())
+	{
+		/* an enclosing subtransaction's attempt: keep it for a rollback of this one */
+		TxnAttempt *saved = MemoryContextAlloc(TopTransactionContext, sizeof(TxnAttempt));
+
+		*saved = *a;
+		a->outer = saved;
 	}
 	a->subid = GetCurrentSubTransactionId();
 	a->attempt = attempt;
@@ -178,10 +189,23 @@ subtxn_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId p
 			{
 				if (event == SUBXACT_EVENT_ABORT_SUB)
 				{
-					*link = a->next;
-					continue;
+					if (a->outer == NULL)
+					{
+						*link = a->next;
+						continue;
+					}
+					/* back to what the enclosing subtransaction had acquired */
+					a->outer->next = a->next;
+					*link = a->outer;
+					a = a->outer;
 				}
-				a->subid = parentSubid;
+				else
+				{
+					a->subid = parentSubid;
+					/* the parent's own earlier attempt is now replaced for good */
+					if (a->outer != NULL && a->outer->subid == parentSubid)
+						a->outer = a->outer->outer;
+				}
 			}
 			if (a->tid_subid == mySubid)
 			{
