@@ -43,7 +43,6 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "citus.h"
 #include "op_row.h"
 
 PG_FUNCTION_INFO_V1(idempo_claim);
@@ -475,13 +474,6 @@ idempo_claim(PG_FUNCTION_ARGS)
 	idempo_spi_begin(&session);
 	a.user = session.save_userid;
 	a.scope = idempo_scope_get(scope_name);
-	/* Citus routes a delegated call by the key it is given, not by its digest */
-	if (a.scope->hash_keys && idempo_citus_distributed())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("scope \"%s\" stores keys hashed (hash_keys), which idempo does not support on a Citus cluster",
-						a.scope->name),
-				 errhint("Pass a digest of the key yourself as the key, in a scope without hash_keys, and distribute the business table by it.")));
 	/* the key outlives the SPI session: conflicts.c records it after idempo_spi_end() */
 	a.key = MemoryContextStrdup(callcxt, idempo_key_arg(fcinfo, 1, a.scope));
 	idempo_scope_check_use(a.scope, a.key, a.user);

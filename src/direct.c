@@ -103,6 +103,7 @@ static struct
 	bool		usable;			/* the direct path may be used */
 	int			natts;
 	int			attidx[NUM_OP_ATTRS];	/* 0-based position in the tuple */
+	Oid			pk_index;		/* the primary key, on (scope, key) */
 }			layout;
 
 static bool callback_registered = false;
@@ -114,7 +115,10 @@ direct_relcache_callback(Datum arg, Oid relid)
 		layout.valid = false;
 }
 
-/* Whether the primary key is (scope, key), in that order (the busy probe relies on it). */
+/*
+ * Whether the primary key is (scope, key), in that order (the insert's
+ * arbiter and the busy probe rely on it); remembers it in the layout.
+ */
 static bool
 primary_key_is_scope_key(Relation rel)
 {
@@ -133,6 +137,7 @@ primary_key_is_scope_key(Relation rel)
 		index->indkey.values[0] == layout.attidx[A_SCOPE] + 1 &&
 		index->indkey.values[1] == layout.attidx[A_KEY] + 1;
 	ReleaseSysCache(tuple);
+	layout.pk_index = pk;
 	return ok;
 }
 
@@ -226,12 +231,16 @@ set_ptr(Datum *values, bool *isnull, OpAttr a, Datum d)
 	isnull[layout.attidx[a]] = (d == (Datum) 0);
 }
 
-/* The whole tuple of a record, in the table's column order. */
+/* The whole tuple of a record, in the table's column order (op_row_values() fills it). */
 static void
 form_values(const char *scope, const char *key, const OpRow *r, Datum *values, bool *isnull)
 {
+	Datum		v[NUM_OP_COLS];
+	bool		n[NUM_OP_COLS];
 	int			i;
 
+	StaticAssertStmt(A_ATTEMPT_BASE - A_FINGERPRINT == COL_ATTEMPT_BASE - COL_FINGERPRINT,
+					 "OpAttr lists the OpCol columns after scope and key");
 	for (i = 0; i < layout.natts; i++)
 	{
 		values[i] = (Datum) 0;
@@ -239,31 +248,12 @@ form_values(const char *scope, const char *key, const OpRow *r, Datum *values, b
 	}
 	set_ptr(values, isnull, A_SCOPE, CStringGetTextDatum(scope));
 	set_ptr(values, isnull, A_KEY, CStringGetTextDatum(key));
-	if (r->has_fingerprint)
+	op_row_values(r, v, n);
+	for (i = 0; i < NUM_OP_COLS; i++)
 	{
-		bytea	   *fp = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
-
-		SET_VARSIZE(fp, VARHDRSZ + IDEMPO_DIGEST_LEN);
-		memcpy(VARDATA(fp), r->fingerprint, IDEMPO_DIGEST_LEN);
-		set_ptr(values, isnull, A_FINGERPRINT, PointerGetDatum(fp));
+		values[layout.attidx[A_FINGERPRINT + i]] = v[i];
+		isnull[layout.attidx[A_FINGERPRINT + i]] = n[i];
 	}
-	values[layout.attidx[A_STATUS]] = idempo_status_datum(r->status);
-	isnull[layout.attidx[A_STATUS]] = false;
-	values[layout.attidx[A_ATTEMPT]] = Int32GetDatum(r->attempt);
-	isnull[layout.attidx[A_ATTEMPT]] = false;
-	set_ptr(values, isnull, A_RUN_ID, r->run_id);
-	set_ts(values, isnull, A_FIRST_SEEN_AT, r->first_seen_at);
-	set_ts(values, isnull, A_LAST_ATTEMPT_AT, r->last_attempt_at);
-	set_ts(values, isnull, A_LEASE_EXPIRES_AT, r->lease_expires_at);
-	set_ts(values, isnull, A_COMPLETED_AT, r->completed_at);
-	set_ts(values, isnull, A_EXPIRES_AT, r->expires_at);
-	set_ts(values, isnull, A_SWEEP_AT, r->sweep_at);
-	set_ptr(values, isnull, A_RESULT, PointerGetDatum(r->result));
-	set_ptr(values, isnull, A_TARGET_REF, r->target_ref);
-	set_ptr(values, isnull, A_ERROR, r->error);
-	set_ptr(values, isnull, A_PARAMS, PointerGetDatum(r->params));
-	values[layout.attidx[A_ATTEMPT_BASE]] = Int32GetDatum(r->attempt_base);
-	isnull[layout.attidx[A_ATTEMPT_BASE]] = false;
 }
 
 /*
@@ -351,12 +341,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 
 	if (rel == NULL)
 		return OP_DIRECT_UNAVAILABLE;
-	if (!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
-	{
-		table_close(rel, RowExclusiveLock);
-		return OP_DIRECT_UNAVAILABLE;
-	}
-	arbiters = list_make1_oid(RelationGetPrimaryKeyIndex(rel));
+	arbiters = list_make1_oid(layout.pk_index);
 
 	rri = begin_index_work(rel, &estate, true);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
@@ -425,12 +410,7 @@ op_direct_key_busy(const char *scope, const char *key)
 
 	if (rel == NULL)
 		return false;
-	if (!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
-	{
-		table_close(rel, RowExclusiveLock);
-		return false;
-	}
-	index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	index = index_open(layout.pk_index, AccessShareLock);
 	for (i = 0; i < 2; i++)
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], F_TEXTEQ,

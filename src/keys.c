@@ -11,6 +11,8 @@
  */
 #include "idempo.h"
 
+#include "citus.h"
+
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(idempo_stored_key);
@@ -89,6 +91,14 @@ idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope)
 	{
 		uint8		digest[IDEMPO_DIGEST_LEN];
 		char	   *hex = palloc(IDEMPO_DIGEST_HEX_LEN + 1);
+
+		/* Citus routes a delegated call by the key it is given, not by its digest */
+		if (idempo_citus_distributed())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("scope \"%s\" stores keys hashed (hash_keys), which idempo does not support on a Citus cluster",
+							scope->name),
+					 errhint("Pass a digest of the key yourself as the key, in a scope without hash_keys, and distribute the business table by it.")));
 
 		idempo_sha256((const uint8 *) VARDATA_ANY(t), len, digest);
 		idempo_hex_digest(digest, IDEMPO_DIGEST_LEN, hex);

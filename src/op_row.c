@@ -12,26 +12,6 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-enum OpCol
-{
-	COL_FINGERPRINT,
-	COL_STATUS,
-	COL_ATTEMPT,
-	COL_RUN_ID,
-	COL_FIRST_SEEN_AT,
-	COL_LAST_ATTEMPT_AT,
-	COL_LEASE_EXPIRES_AT,
-	COL_COMPLETED_AT,
-	COL_EXPIRES_AT,
-	COL_SWEEP_AT,
-	COL_RESULT,
-	COL_TARGET_REF,
-	COL_ERROR,
-	COL_PARAMS,
-	COL_ATTEMPT_BASE,
-	NUM_OP_COLS
-};
-
 void
 op_row_init(OpRow *r)
 {
@@ -118,53 +98,72 @@ op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode)
 }
 
 static void
-set_ts(Datum *values, char *nulls, int i, TimestampTz t)
+set_ts(Datum *values, bool *isnull, int i, TimestampTz t)
 {
 	values[i] = TimestampTzGetDatum(t);
-	nulls[i] = TIMESTAMP_IS_NOBEGIN(t) ? 'n' : ' ';
+	isnull[i] = TIMESTAMP_IS_NOBEGIN(t);
 }
 
 static void
-set_ptr(Datum *values, char *nulls, int i, Datum d)
+set_ptr(Datum *values, bool *isnull, int i, Datum d)
 {
 	values[i] = d;
-	nulls[i] = d ? ' ' : 'n';
+	isnull[i] = (d == (Datum) 0);
 }
 
-/* The parameters $1..$17 of PLAN_OP_INSERT and PLAN_OP_WRITE. */
-static void
-row_params(const char *scope, const char *key, const OpRow *r, Datum *values, char *nulls)
+/*
+ * The row's columns as datums, in OP_COLUMNS order: what the SQL statements
+ * take as parameters and what direct.c stores.  Status is the enum value.
+ */
+void
+op_row_values(const OpRow *r, Datum *values, bool *isnull)
 {
-	Datum	   *v = values + 2;
-	char	   *n = nulls + 2;
-
-	memset(nulls, ' ', 2 + NUM_OP_COLS);
-	values[0] = CStringGetTextDatum(scope);
-	values[1] = CStringGetTextDatum(key);
 	if (r->has_fingerprint)
 	{
 		bytea	   *fp = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
 
 		SET_VARSIZE(fp, VARHDRSZ + IDEMPO_DIGEST_LEN);
 		memcpy(VARDATA(fp), r->fingerprint, IDEMPO_DIGEST_LEN);
-		v[COL_FINGERPRINT] = PointerGetDatum(fp);
+		set_ptr(values, isnull, COL_FINGERPRINT, PointerGetDatum(fp));
 	}
 	else
-		n[COL_FINGERPRINT] = 'n';
-	v[COL_STATUS] = CStringGetTextDatum(idempo_status_names[r->status]);
-	v[COL_ATTEMPT] = Int32GetDatum(r->attempt);
-	set_ptr(v, n, COL_RUN_ID, r->run_id);
-	set_ts(v, n, COL_FIRST_SEEN_AT, r->first_seen_at);
-	set_ts(v, n, COL_LAST_ATTEMPT_AT, r->last_attempt_at);
-	set_ts(v, n, COL_LEASE_EXPIRES_AT, r->lease_expires_at);
-	set_ts(v, n, COL_COMPLETED_AT, r->completed_at);
-	set_ts(v, n, COL_EXPIRES_AT, r->expires_at);
-	set_ts(v, n, COL_SWEEP_AT, r->sweep_at);
-	set_ptr(v, n, COL_RESULT, PointerGetDatum(r->result));
-	set_ptr(v, n, COL_TARGET_REF, r->target_ref);
-	set_ptr(v, n, COL_ERROR, r->error);
-	set_ptr(v, n, COL_PARAMS, PointerGetDatum(r->params));
-	v[COL_ATTEMPT_BASE] = Int32GetDatum(r->attempt_base);
+		set_ptr(values, isnull, COL_FINGERPRINT, (Datum) 0);
+	values[COL_STATUS] = idempo_status_datum(r->status);
+	isnull[COL_STATUS] = false;
+	values[COL_ATTEMPT] = Int32GetDatum(r->attempt);
+	isnull[COL_ATTEMPT] = false;
+	set_ptr(values, isnull, COL_RUN_ID, r->run_id);
+	set_ts(values, isnull, COL_FIRST_SEEN_AT, r->first_seen_at);
+	set_ts(values, isnull, COL_LAST_ATTEMPT_AT, r->last_attempt_at);
+	set_ts(values, isnull, COL_LEASE_EXPIRES_AT, r->lease_expires_at);
+	set_ts(values, isnull, COL_COMPLETED_AT, r->completed_at);
+	set_ts(values, isnull, COL_EXPIRES_AT, r->expires_at);
+	set_ts(values, isnull, COL_SWEEP_AT, r->sweep_at);
+	set_ptr(values, isnull, COL_RESULT, PointerGetDatum(r->result));
+	set_ptr(values, isnull, COL_TARGET_REF, r->target_ref);
+	set_ptr(values, isnull, COL_ERROR, r->error);
+	set_ptr(values, isnull, COL_PARAMS, PointerGetDatum(r->params));
+	values[COL_ATTEMPT_BASE] = Int32GetDatum(r->attempt_base);
+	isnull[COL_ATTEMPT_BASE] = false;
+}
+
+/*
+ * The parameters $1..$17 of PLAN_OP_INSERT and PLAN_OP_WRITE.  The status
+ * goes as text (plans.c casts it), so that every parameter type is built in.
+ */
+static void
+row_params(const char *scope, const char *key, const OpRow *r, Datum *values, char *nulls)
+{
+	bool		isnull[NUM_OP_COLS];
+	int			i;
+
+	values[0] = CStringGetTextDatum(scope);
+	values[1] = CStringGetTextDatum(key);
+	nulls[0] = nulls[1] = ' ';
+	op_row_values(r, values + 2, isnull);
+	values[2 + COL_STATUS] = CStringGetTextDatum(idempo_status_names[r->status]);
+	for (i = 0; i < NUM_OP_COLS; i++)
+		nulls[2 + i] = isnull[i] ? 'n' : ' ';
 }
 
 /*

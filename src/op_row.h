@@ -37,7 +37,27 @@ typedef struct OpRow
 	int32		attempt_base;
 } OpRow;
 
-/* The columns of an operation as statements read and write them whole (OpCol in op_row.c). */
+/* The columns of an operation as statements read and write them whole, in OP_COLUMNS order. */
+typedef enum OpCol
+{
+	COL_FINGERPRINT,
+	COL_STATUS,
+	COL_ATTEMPT,
+	COL_RUN_ID,
+	COL_FIRST_SEEN_AT,
+	COL_LAST_ATTEMPT_AT,
+	COL_LEASE_EXPIRES_AT,
+	COL_COMPLETED_AT,
+	COL_EXPIRES_AT,
+	COL_SWEEP_AT,
+	COL_RESULT,
+	COL_TARGET_REF,
+	COL_ERROR,
+	COL_PARAMS,
+	COL_ATTEMPT_BASE,
+	NUM_OP_COLS
+} OpCol;
+
 #define OP_COLUMNS \
 	"fingerprint, status, attempt, run_id, first_seen_at, last_attempt_at, lease_expires_at, " \
 	"completed_at, expires_at, sweep_at, result, target_ref, error, params, attempt_base"
@@ -69,6 +89,7 @@ typedef enum OpReadMode
 } OpReadMode;
 
 extern void op_row_init(OpRow *r);
+extern void op_row_values(const OpRow *r, Datum *values, bool *isnull);
 extern void op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r);
 extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);

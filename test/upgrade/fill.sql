@@ -1,7 +1,8 @@
 -- Data in every idempo table and sequence, for the upgrade test (run after CREATE EXTENSION idempo
 -- VERSION 'A' for every released A).  It may only use the API of the OLDEST released version
 -- (0.1.0): it is the same for every version updated from.  Every status, open and closed reviews
--- and conflicts, audit events, hashed keys.  (test/dump/fill.sql, frozen at 0.1.0, plus more.)
+-- and conflicts, audit events, hashed keys.  test/run's pg_dump/pg_restore round trip fills its
+-- database with it too.
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 SELECT name FROM idempo.create_scope('dump', retention => '1 hour', lease => '1 minute', audit => true,

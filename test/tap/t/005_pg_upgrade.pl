@@ -10,16 +10,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# One line per idempo table and sequence: a digest of its whole content.
-my $digest = q{
-SELECT 'scopes ' || md5(string_agg(t::text, '|' ORDER BY t::text)) FROM idempo.scopes t
-UNION ALL SELECT 'operations ' || count(*) || ' ' || md5(string_agg(t::text, '|' ORDER BY t::text)) FROM idempo.operations t
-UNION ALL SELECT 'conflicts ' || count(*) || ' ' || md5(string_agg(t::text, '|' ORDER BY t::text)) FROM idempo.conflicts t
-UNION ALL SELECT 'reviews ' || count(*) || ' ' || md5(string_agg(t::text, '|' ORDER BY t::text)) FROM idempo.reviews t
-UNION ALL SELECT 'events ' || count(*) || ' ' || md5(string_agg(t::text, '|' ORDER BY t::text)) FROM idempo.events t
-UNION ALL SELECT 'sequence ' || sequencename || ' ' || coalesce(last_value::text, 'unused')
-          FROM pg_sequences WHERE schemaname = 'idempo'
-ORDER BY 1};
+# One line per idempo table and sequence: a digest of its whole content (test/dump/digest.sql;
+# test/run passes the folder of the test sources in IDEMPO_TEST_SRC).
+my $src = $ENV{IDEMPO_TEST_SRC} or die "IDEMPO_TEST_SRC must name the test/ folder (test/run sets it)";
+my $digest = slurp_file("$src/dump/digest.sql");
 
 # The extension's members and every function's full definition and privileges (OID-free; a
 # NULL ACL is written out as the default it means: pg_upgrade may store an explicit ACL that
