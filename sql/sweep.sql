@@ -59,6 +59,16 @@ SET idempo.clock_offset = '11min';
 SELECT * FROM idempo.sweep();
 RESET idempo.clock_offset;
 
+-- a review made by hand for a row not in review: the sweep keeps it, and still moves the whole batch
+SELECT (idempo.claim('s', 'handmade-' || i)).outcome FROM generate_series(1, 2) i;
+INSERT INTO idempo.reviews (scope, key, reason, opened_at, detail)
+VALUES ('s', 'handmade-1', 'manual', now(), 'opened by hand');
+SET idempo.clock_offset = '2h';
+SELECT * FROM idempo.sweep();
+SELECT key, status FROM idempo.operations WHERE key LIKE 'handmade-%' ORDER BY key;
+SELECT key, reason, detail FROM idempo.reviews WHERE key LIKE 'handmade-%' AND resolved_at IS NULL ORDER BY key;
+RESET idempo.clock_offset;
+
 -- bad batch sizes
 SELECT regress.err($$SELECT * FROM idempo.sweep(0)$$);
 SELECT regress.err($$SELECT * FROM idempo.sweep(NULL)$$);

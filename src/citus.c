@@ -189,14 +189,21 @@ idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum
 			nargs = 1;
 			break;
 		case PLAN_SWEEP_REVIEW:
+		case PLAN_SWEEP_REVIEW_SAFE:
 			sql = psprintf("INSERT INTO %s (id, scope, key, reason, opened_at, operation) "
 						   "SELECT pg_catalog.nextval('idempo.reviews_id_seq'), o.scope, o.key, "
 						   "'retention_expired', $2, ROW(o.*)::idempo.operations "
-						   "FROM %s o " SWEEP_REVIEW_WHERE,
-						   shard->reviews, shard->operations);
+						   "FROM %s o " SWEEP_REVIEW_WHERE "%s",
+						   shard->reviews, shard->operations,
+						   id == PLAN_SWEEP_REVIEW_SAFE ? " " SWEEP_REVIEW_ON_CONFLICT : "");
 			types[0] = TIDARRAYOID;
 			types[1] = TIMESTAMPTZOID;
 			nargs = 2;
+			break;
+		case PLAN_SWEEP_TO_REVIEW:
+			sql = psprintf("UPDATE %s o " SWEEP_TO_REVIEW_REST, shard->operations);
+			types[0] = TIDARRAYOID;
+			nargs = 1;
 			break;
 		case PLAN_SWEEP_SET:
 			sql = psprintf("UPDATE %s o " SWEEP_SET_REST, shard->operations);

@@ -71,9 +71,11 @@ typedef enum OpCol
 #define SWEEP_DUE_WHERE \
 	"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED"
 #define SWEEP_PURGE_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
-#define SWEEP_REVIEW_WHERE \
-	"WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1) " \
-	"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING"
+#define SWEEP_REVIEW_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+#define SWEEP_REVIEW_ON_CONFLICT "ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING"
+#define SWEEP_TO_REVIEW_REST \
+	"SET status = 'in_review', sweep_at = NULL, lease_expires_at = NULL " \
+	"WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
 #define SWEEP_SET_REST \
 	"SET status = d.status::idempo.status, sweep_at = d.sweep_at, " \
 	"lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END " \

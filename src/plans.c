@@ -153,6 +153,16 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		SWEEP_REVIEW_WHERE,
 		"cT"
 	},
+	[PLAN_SWEEP_REVIEW_SAFE] = {
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
+		"SELECT o.scope, o.key, 'retention_expired', $2, o FROM idempo.operations o "
+		SWEEP_REVIEW_WHERE " " SWEEP_REVIEW_ON_CONFLICT,
+		"cT"
+	},
+	[PLAN_SWEEP_TO_REVIEW] = {
+		"UPDATE idempo.operations o " SWEEP_TO_REVIEW_REST,
+		"c"
+	},
 	[PLAN_SWEEP_SET] = {
 		"UPDATE idempo.operations o " SWEEP_SET_REST,
 		"cazo"

@@ -14,7 +14,8 @@
  * The decisions are those of claim (expiry.c).  Rows are taken FOR UPDATE
  * SKIP LOCKED, so a sweep never waits for a claim and several sweeps share
  * the work; a claim waits at most for one batch's transaction.  Each kind of
- * change is one statement over arrays of keys.
+ * change is one statement over arrays of row ids (moving to review is two:
+ * the reviews, then the rows).
  *
  * On a Citus cluster (idempo.operations distributed) the same batch runs
  * once per shard of idempo.operations that this node holds, on the shard
@@ -24,6 +25,7 @@
  */
 #include "idempo.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "citus.h"
 #include "funcapi.h"
@@ -31,6 +33,7 @@
 #include "op_row.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idempo_sweep);
@@ -117,16 +120,56 @@ run_purge(const IdempoCitusShard *shard, KeyList *l)
 	sweep_execute(shard, PLAN_SWEEP_PURGE, args);
 }
 
+/*
+ * Moves a batch's rows into review: a review each, holding the row as it
+ * was, then the rows' new status.  The rows are locked and none is in
+ * review, so none has an open review (every way into review sets the
+ * status in the same transaction): the reviews are a plain INSERT, which
+ * spares ON CONFLICT's pre-check and speculative insertion, about a fifth
+ * of the cost of a move.  Should an open review exist all the same (one
+ * made by hand), the unique index refuses the batch, in a subtransaction;
+ * the batch then runs again with ON CONFLICT DO NOTHING, which keeps the
+ * existing review, as before.
+ */
 static void
-run_open_reviews(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
+run_to_review(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
 	Datum		args[2];
 
 	if (l->n == 0)
 		return;
 	args[0] = tid_array(l->tid, l->n);
 	args[1] = TimestampTzGetDatum(now);
-	sweep_execute(shard, PLAN_SWEEP_REVIEW, args);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		sweep_execute(shard, PLAN_SWEEP_REVIEW, args);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		sweep_execute(shard, PLAN_SWEEP_REVIEW_SAFE, args);
+	}
+	PG_END_TRY();
+
+	sweep_execute(shard, PLAN_SWEEP_TO_REVIEW, args);
 }
 
 static void
@@ -227,7 +270,6 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 				break;
 			case EXPIRY_REVIEW:
 				keylist_add(&review, tid_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
-				keylist_add(&set, tid_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
 				c->moved_to_review++;
 				idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from,
 								 STATUS_IN_REVIEW, -1, "sweep", now, actor);
@@ -250,8 +292,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 		}
 	}
 
-	/* reviews first: their snapshot shows the row before it changes */
-	run_open_reviews(shard, &review, now);
+	run_to_review(shard, &review, now);
 	run_set(shard, &set);
 	run_purge(shard, &purge);
 	return n;
