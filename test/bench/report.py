@@ -155,8 +155,9 @@ w("What idempo adds to a protected write transaction, against the floor (a bare 
   "against the same protection written by hand; the replay, conflict and busy paths; claim latency "
   "against stored operations; the sweep; space. Written by `test/bench/run` (issue 6); every full "
   "run rewrites this file. The machine is shared and noisy: read the **ratios** and **medians of "
-  f"{meta.get('rounds')} rounds** (variants interleaved, their order rotated every round; each ratio "
-  "is taken within a round), not lone absolute times.\n")
+  f"{meta.get('rounds')} rounds** ({meta.get('target_rounds', meta.get('rounds'))} for the pinned, "
+  "`synchronous_commit = off` runs the targets use; variants interleaved, their order rotated every "
+  "round; each ratio is taken within a round), not lone absolute times.\n")
 w(f"- Date: {meta.get('date')}; command: `{meta.get('command')}` (as root, from the clone); "
   f"wall time {int(meta.get('wall_s', 0)) // 60} min {int(meta.get('wall_s', 0)) % 60} s")
 w(f"- Machine: {meta.get('cpu')}, {meta.get('nproc')} cores (nproc), {meta.get('ram')} RAM; {meta.get('os')}")
@@ -166,7 +167,8 @@ w(f"- Cluster: throwaway, Unix socket only; {meta.get('settings')}; pinned serve
 w(f"- Runs: `pgbench -M prepared`, {meta.get('lengths')}; pgbench runs {meta.get('failed')} failed\n")
 
 w("## Targets (issue 6)\n")
-w("Measured with one client, server and pgbench pinned to one core, `synchronous_commit = off`; "
+w("Measured with one client, server and pgbench pinned to one core, `synchronous_commit = off`, "
+  f"median of {meta.get('target_rounds', meta.get('rounds'))} rounds; "
   "\"added cost\" = µs per transaction minus the baseline's, per round.\n")
 w("| target | measured | |\n|---|---|---|")
 for t in targets:
