@@ -17,6 +17,9 @@ CREATE TABLE shipments (
 
 -- Floor: a bare dedup table, (scope, key) primary key and nothing else.
 CREATE TABLE dedup (scope text, key text, PRIMARY KEY (scope, key));
+-- Floor with idempo's record (floor_record.sql): a plain table like idempo.operations, with the same
+-- columns, primary key and sweep_at index.
+CREATE TABLE record_copy (LIKE idempo.operations INCLUDING ALL);
 
 -- Plain SQL: the same protection as bare statements (insert-on-conflict with a digest, then update).
 CREATE TABLE plain_ops (
