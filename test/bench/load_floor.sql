@@ -1,3 +1,4 @@
+SET client_min_messages = warning;
 -- Replaces the rows of the floor's dedup table (created if missing) with :n keys spread exactly as
 -- load.sql spreads idempo's, in ascending order; then VACUUM ANALYZE.  For the scale section.
 CREATE TABLE IF NOT EXISTS dedup (scope text, key text, PRIMARY KEY (scope, key));

@@ -61,8 +61,13 @@ def per_round(mode, f):
     return med(vals)
 
 
+def base_of(tps, var):
+    """the baseline measured with var: the _spi variants' interleaved runs have their own"""
+    return "baseline_mixed" if var.endswith("_spi") and "baseline_mixed" in tps else "baseline"
+
+
 def added(tps, var):
-    return 1e6 / tps[var] - 1e6 / tps["baseline"]
+    return 1e6 / tps[var] - 1e6 / tps[base_of(tps, var)]
 
 
 def fmt(x, spec=".0f", unit=""):
@@ -166,9 +171,10 @@ w("What idempo adds to a protected write transaction, against the floor (a bare 
   "against the same protection written by hand; the replay, conflict and busy paths; claim latency "
   "against stored operations; the sweep; space. Written by `test/bench/run` (issue 6); every full "
   "run rewrites this file. The machine is shared and noisy: read the **ratios** and **medians of "
-  f"{meta.get('rounds')} rounds** ({meta.get('target_rounds', meta.get('rounds'))} for the pinned, "
-  "`synchronous_commit = off` runs the targets use; variants interleaved, their order rotated every "
-  "round; each ratio is taken within a round), not lone absolute times.\n")
+  f"{meta.get('rounds')} rounds** (variants run one after the other, their order rotated every "
+  "round; each ratio is taken within a round; the pinned `synchronous_commit = off` mode the "
+  f"targets use: {meta.get('target_rounds', meta.get('rounds'))} rounds, each one run with the "
+  "variants' transactions interleaved), not lone absolute times.\n")
 w(f"- Date: {meta.get('date')}; command: `{meta.get('command')}` (as root, from the clone); "
   f"wall time {int(meta.get('wall_s', 0)) // 60} min {int(meta.get('wall_s', 0)) % 60} s")
 w(f"- Machine: {meta.get('cpu')}, {meta.get('nproc')} cores (nproc), {meta.get('ram')} RAM; {meta.get('os')}")
@@ -198,14 +204,21 @@ for mode, title in MODES.items():
     if not any(s == "write" and m == mode for s, m, _ in runs):
         continue
     one = mode.startswith("1")
+    mixed = bool(runs.get(("write", mode, "baseline_mixed")))
     w(f"### {title}\n")
+    if mixed:
+        w("The variants' transactions are interleaved: each round is one pgbench run with every "
+          "variant's script, chosen at random per transaction, so that the machine's drift hits "
+          "them alike (the `_spi` variants: a second run per round with their own baseline, as "
+          "`idempo.direct_writes` is set per session). TPS = 10⁶ / the variant's average latency: "
+          "what one client doing only that transaction would get.\n")
     w("| variant | TPS (median) | min–max | TPS vs baseline | µs per txn | added µs | avg latency µs | p99 µs |")
     w("|---|--:|--:|--:|--:|--:|--:|--:|")
     for v in VARIANTS:
         tps = col("write", mode, v, 1)
         if not tps:
             continue
-        ratio = per_round(mode, lambda t, v=v: t[v] / t["baseline"])
+        ratio = per_round(mode, lambda t, v=v: t[v] / t[base_of(t, v)])
         add_us = per_round(mode, lambda t, v=v: added(t, v))
         per_txn = 1e6 * (1 if one else 2) / med(tps) if med(tps) else None
         w(f"| `{v}` | {fmt(med(tps))} | {fmt(min(tps))}–{fmt(max(tps))} | {fmt(ratio, '.2f')} | "
