@@ -122,4 +122,15 @@ TRUNCATE idempo.operations;
 SELECT regress.err($$SELECT idempo.complete('dw', 'truncated')$$);
 ROLLBACK;
 
+-- another unique index on the table (a user's, or the copy REINDEX CONCURRENTLY builds of the
+-- primary key): the claim of an existing key is still an answer, not a unique violation, also in
+-- a fresh session, whose first insert would not look for the key first (optimistic insertion)
+SELECT (idempo.claim('dw', 'unique-' || i, complete_on_commit => true)).outcome FROM generate_series(1, 2) i;
+CREATE UNIQUE INDEX operations_key_scope_idx ON idempo.operations (key, scope);
+\c
+SELECT (idempo.claim('dw', 'new-' || i)).outcome FROM generate_series(1, 3) i;
+SELECT regress.err($$SELECT (idempo.claim('dw', 'unique-1')).outcome$$);
+SELECT (idempo.claim('dw', 'unique-2')).outcome;
+DROP INDEX idempo.operations_key_scope_idx;
+
 SELECT * FROM idempo.check_consistency();

@@ -69,6 +69,35 @@ SELECT key, status FROM idempo.operations WHERE key LIKE 'handmade-%' ORDER BY k
 SELECT key, reason, detail FROM idempo.reviews WHERE key LIKE 'handmade-%' AND resolved_at IS NULL ORDER BY key;
 RESET idempo.clock_offset;
 
+-- an error while opening reviews (here a trigger refusing them) reaches the caller whole: its
+-- handler runs as the caller, and nothing of the batch is kept
+CREATE FUNCTION regress.refuse_review() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'reviews refused'; END $$;
+CREATE TRIGGER refuse BEFORE INSERT ON idempo.reviews FOR EACH ROW EXECUTE FUNCTION regress.refuse_review();
+SELECT (idempo.claim('s', 'refused')).outcome;
+CREATE ROLE idempo_sweep_caller;
+GRANT USAGE ON SCHEMA idempo TO idempo_sweep_caller;
+GRANT EXECUTE ON FUNCTION idempo.sweep(integer) TO idempo_sweep_caller;
+SET idempo.clock_offset = '2h';
+SET ROLE idempo_sweep_caller;
+DO $$
+BEGIN
+    PERFORM idempo.sweep();
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'caught "%" as %', SQLERRM, current_user;
+END $$;
+SELECT current_user;
+RESET ROLE;
+SELECT regress.err($$SELECT * FROM idempo.sweep()$$);
+SELECT key, status FROM idempo.operations WHERE key = 'refused';
+DROP TRIGGER refuse ON idempo.reviews;
+SELECT * FROM idempo.sweep();
+SELECT key, status FROM idempo.operations WHERE key = 'refused';
+RESET idempo.clock_offset;
+REVOKE ALL ON SCHEMA idempo FROM idempo_sweep_caller;
+REVOKE ALL ON FUNCTION idempo.sweep(integer) FROM idempo_sweep_caller;
+DROP ROLE idempo_sweep_caller;
+
 -- bad batch sizes
 SELECT regress.err($$SELECT * FROM idempo.sweep(0)$$);
 SELECT regress.err($$SELECT * FROM idempo.sweep(NULL)$$);

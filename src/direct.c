@@ -106,6 +106,7 @@ static struct
 	int			natts;
 	int			attidx[NUM_OP_ATTRS];	/* 0-based position in the tuple */
 	Oid			pk_index;		/* the primary key, on (scope, key) */
+	bool		other_unique;	/* another unique or exclusion index (or one being built) */
 }			layout;
 
 static bool callback_registered = false;
@@ -143,6 +144,38 @@ primary_key_is_scope_key(Relation rel)
 	return ok;
 }
 
+/*
+ * Whether an index other than the primary key is unique or an exclusion
+ * constraint: a user's, or the copy REINDEX CONCURRENTLY builds of the
+ * primary key.  The insertion checks such an index without waiting for
+ * the arbiter's verdict, so a key that exists would raise a unique
+ * violation there instead of being reported: the insert must pre-check.
+ */
+static bool
+has_other_unique_index(Relation rel, Oid pk)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	bool		found = false;
+
+	foreach(lc, indexes)
+	{
+		HeapTuple	tuple;
+		Form_pg_index index;
+
+		if (lfirst_oid(lc) == pk)
+			continue;
+		tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		index = (Form_pg_index) GETSTRUCT(tuple);
+		found |= index->indisunique || index->indisexclusion;
+		ReleaseSysCache(tuple);
+	}
+	list_free(indexes);
+	return found;
+}
+
 /* Whether the table is as the extension created it; fills layout.attidx. */
 static bool
 table_is_plain(Relation rel)
@@ -178,7 +211,10 @@ table_is_plain(Relation rel)
 		seen++;
 	}
 	layout.natts = desc->natts;
-	return seen == NUM_OP_ATTRS && primary_key_is_scope_key(rel);
+	if (seen != NUM_OP_ATTRS || !primary_key_is_scope_key(rel))
+		return false;
+	layout.other_unique = has_other_unique_index(rel, layout.pk_index);
+	return true;
 }
 
 /*
@@ -369,7 +405,14 @@ static int	existing_average = 0;
 static bool
 optimism_says_precheck(void)
 {
-	return existing_average >= OPTIMISM_PRECHECK_AT;
+	/*
+	 * Also pre-check where an insertion that meets the key costs more than
+	 * the wasted work: another unique index would raise a unique violation
+	 * (see has_other_unique_index), and under SERIALIZABLE the insertion
+	 * checks for rw-conflicts that DO NOTHING never does.
+	 */
+	return existing_average >= OPTIMISM_PRECHECK_AT || layout.other_unique ||
+		IsolationIsSerializable();
 }
 
 static void

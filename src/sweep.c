@@ -156,15 +156,23 @@ run_to_review(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
 	{
 		ErrorData  *edata;
 
+		/*
+		 * Whatever the error, end our subtransaction before anything else,
+		 * as PL/pgSQL's exception blocks do: an error passed on with it
+		 * still open would be caught by the caller's handler (a worker's
+		 * AbortCurrentTransaction(), a PL/pgSQL EXCEPTION block) as if it
+		 * were theirs, which aborts only our subtransaction and leaves
+		 * theirs -- and the user id of idempo's SPI session -- in place.
+		 */
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-			PG_RE_THROW();
 		FlushErrorState();
-		FreeErrorData(edata);
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			ReThrowError(edata);
+		FreeErrorData(edata);
 		sweep_execute(shard, PLAN_SWEEP_REVIEW_SAFE, args);
 	}
 	PG_END_TRY();
