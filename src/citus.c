@@ -41,7 +41,6 @@
  */
 #include "idempo.h"
 
-#include "catalog/pg_type.h"
 #include "citus.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -170,23 +169,19 @@ int
 idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum *args)
 {
 	char	   *sql;
-	Oid			types[5];
+	Oid			types[FUNC_MAX_ARGS];
 	int			nargs;
 	int			rc;
 
+	/* the statements of plans.c, on this shard's relations, with the same parameters */
 	switch (id)
 	{
 		case PLAN_SWEEP_DUE:
 			sql = psprintf("SELECT " SWEEP_DUE_COLUMNS " FROM %s " SWEEP_DUE_WHERE,
 						   shard->operations);
-			types[0] = TIMESTAMPTZOID;
-			types[1] = INT4OID;
-			nargs = 2;
 			break;
 		case PLAN_SWEEP_PURGE:
 			sql = psprintf("DELETE FROM %s o " SWEEP_PURGE_WHERE, shard->operations);
-			types[0] = TIDARRAYOID;
-			nargs = 1;
 			break;
 		case PLAN_SWEEP_REVIEW:
 		case PLAN_SWEEP_REVIEW_SAFE:
@@ -196,26 +191,17 @@ idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum
 						   "FROM %s o " SWEEP_REVIEW_WHERE "%s",
 						   shard->reviews, shard->operations,
 						   id == PLAN_SWEEP_REVIEW_SAFE ? " " SWEEP_REVIEW_ON_CONFLICT : "");
-			types[0] = TIDARRAYOID;
-			types[1] = TIMESTAMPTZOID;
-			nargs = 2;
 			break;
 		case PLAN_SWEEP_TO_REVIEW:
 			sql = psprintf("UPDATE %s o " SWEEP_TO_REVIEW_REST, shard->operations);
-			types[0] = TIDARRAYOID;
-			nargs = 1;
 			break;
 		case PLAN_SWEEP_SET:
 			sql = psprintf("UPDATE %s o " SWEEP_SET_REST, shard->operations);
-			types[0] = TIDARRAYOID;
-			types[1] = TEXTARRAYOID;
-			types[2] = TIMESTAMPTZARRAYOID;
-			types[3] = BOOLARRAYOID;
-			nargs = 4;
 			break;
 		default:
 			elog(ERROR, "statement %d is not a sweep statement", (int) id);
 	}
+	nargs = idempo_plan_arg_types(id, types);
 	rc = SPI_execute_with_args(sql, nargs, types, args, NULL, false, 0);
 	if (rc < 0)
 		elog(ERROR, "sweeping shard %lld failed for \"%s\": %s", (long long) shard->shard_id, sql,

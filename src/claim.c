@@ -40,7 +40,6 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "op_row.h"
@@ -329,44 +328,30 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
  * claim_locked() for wait => false: in a subtransaction, with any lock wait
  * cut short.  Returns false (everything undone) if it would have had to wait.
  */
+typedef struct ClaimCall
+{
+	ClaimAnswer *ans;
+	const ClaimArgs *a;
+} ClaimCall;
+
+static void
+claim_with_lock_timeout(void *arg)
+{
+	ClaimCall  *call = arg;
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", "1ms", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	claim_locked(call->ans, call->a);
+	AtEOXact_GUC(true, nest);
+}
+
 static bool
 claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool done = true;
+	ClaimCall	call = {ans, a};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		int			nest = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", "1ms", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		claim_locked(ans, a);
-		AtEOXact_GUC(true, nest);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		done = false;
-	}
-	PG_END_TRY();
-	return done;
+	return idempo_try_in_subxact(claim_with_lock_timeout, &call, ERRCODE_LOCK_NOT_AVAILABLE);
 }
 
 static Datum

@@ -119,61 +119,41 @@ direct_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
- * Whether the primary key is (scope, key), in that order (the insert's
- * arbiter and the busy probe rely on it); remembers it in the layout.
- */
-static bool
-primary_key_is_scope_key(Relation rel)
-{
-	Oid			pk = RelationGetPrimaryKeyIndex(rel);
-	HeapTuple	tuple;
-	Form_pg_index index;
-	bool		ok;
-
-	if (!OidIsValid(pk))
-		return false;
-	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(pk));
-	if (!HeapTupleIsValid(tuple))
-		return false;
-	index = (Form_pg_index) GETSTRUCT(tuple);
-	ok = index->indnatts == 2 && index->indnkeyatts == 2 &&
-		index->indkey.values[0] == layout.attidx[A_SCOPE] + 1 &&
-		index->indkey.values[1] == layout.attidx[A_KEY] + 1;
-	ReleaseSysCache(tuple);
-	layout.pk_index = pk;
-	return ok;
-}
-
-/*
- * Whether an index other than the primary key is unique or an exclusion
+ * Reads the table's indexes into the layout; false unless the primary key
+ * is (scope, key), in that order (the insert's arbiter and the busy probe
+ * rely on it).  Also notes whether another index is unique or an exclusion
  * constraint: a user's, or the copy REINDEX CONCURRENTLY builds of the
- * primary key.  The insertion checks such an index without waiting for
- * the arbiter's verdict, so a key that exists would raise a unique
- * violation there instead of being reported: the insert must pre-check.
+ * primary key.  The insertion checks such an index without waiting for the
+ * arbiter's verdict, so a key that exists would raise a unique violation
+ * there instead of being reported: the insert must pre-check.
  */
 static bool
-has_other_unique_index(Relation rel, Oid pk)
+indexes_as_expected(Relation rel)
 {
 	List	   *indexes = RelationGetIndexList(rel);
 	ListCell   *lc;
-	bool		found = false;
+	bool		pk_ok = false;
 
+	layout.pk_index = RelationGetPrimaryKeyIndex(rel);
+	layout.other_unique = false;
 	foreach(lc, indexes)
 	{
-		HeapTuple	tuple;
+		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
 		Form_pg_index index;
 
-		if (lfirst_oid(lc) == pk)
-			continue;
-		tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
 		if (!HeapTupleIsValid(tuple))
 			continue;
 		index = (Form_pg_index) GETSTRUCT(tuple);
-		found |= index->indisunique || index->indisexclusion;
+		if (index->indexrelid == layout.pk_index)
+			pk_ok = index->indnatts == 2 && index->indnkeyatts == 2 &&
+				index->indkey.values[0] == layout.attidx[A_SCOPE] + 1 &&
+				index->indkey.values[1] == layout.attidx[A_KEY] + 1;
+		else if (index->indisunique || index->indisexclusion)
+			layout.other_unique = true;
 		ReleaseSysCache(tuple);
 	}
 	list_free(indexes);
-	return found;
+	return pk_ok;
 }
 
 /* Whether the table is as the extension created it; fills layout.attidx. */
@@ -211,10 +191,7 @@ table_is_plain(Relation rel)
 		seen++;
 	}
 	layout.natts = desc->natts;
-	if (seen != NUM_OP_ATTRS || !primary_key_is_scope_key(rel))
-		return false;
-	layout.other_unique = has_other_unique_index(rel, layout.pk_index);
-	return true;
+	return seen == NUM_OP_ATTRS && indexes_as_expected(rel);
 }
 
 /*
@@ -408,7 +385,7 @@ optimism_says_precheck(void)
 	/*
 	 * Also pre-check where an insertion that meets the key costs more than
 	 * the wasted work: another unique index would raise a unique violation
-	 * (see has_other_unique_index), and under SERIALIZABLE the insertion
+	 * (see indexes_as_expected), and under SERIALIZABLE the insertion
 	 * checks for rw-conflicts that DO NOTHING never does.
 	 */
 	return existing_average >= OPTIMISM_PRECHECK_AT || layout.other_unique ||

@@ -140,6 +140,7 @@ typedef enum IdempoPlanId
 } IdempoPlanId;
 
 extern SPIPlanPtr idempo_plan(IdempoPlanId id);
+extern int	idempo_plan_arg_types(IdempoPlanId id, Oid *types);
 
 /* Runs SPI as the extension owner between these two calls. */
 typedef struct IdempoSpiSession
@@ -151,6 +152,9 @@ typedef struct IdempoSpiSession
 extern void idempo_spi_begin(IdempoSpiSession *session);
 extern void idempo_spi_end(IdempoSpiSession *session);
 extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
+
+/* subxact.c */
+extern bool idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected);
 
 /* ---- scope_cache.c: the scopes, cached per backend ---- */
 

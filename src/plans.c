@@ -211,21 +211,36 @@ plan_arg_type(char c)
 	pg_unreachable();
 }
 
+/*
+ * The parameter types of a statement into types[] (room for FUNC_MAX_ARGS);
+ * returns their number.  citus.c runs the sweep's statements on shards with
+ * the same parameters.
+ */
+int
+idempo_plan_arg_types(IdempoPlanId id, Oid *types)
+{
+	const char *args = plan_defs[id].args;
+	int			nargs = strlen(args);
+	int			i;
+
+	for (i = 0; i < nargs; i++)
+		types[i] = plan_arg_type(args[i]);
+	return nargs;
+}
+
 /* The kept plan for a statement; prepares it on first use.  Call inside SPI. */
 SPIPlanPtr
 idempo_plan(IdempoPlanId id)
 {
 	const PlanDef *def = &plan_defs[id];
 	Oid			argtypes[FUNC_MAX_ARGS];
-	int			nargs = strlen(def->args);
+	int			nargs;
 	SPIPlanPtr	plan;
-	int			i;
 
 	if (likely(plans[id] != NULL))
 		return plans[id];
 
-	for (i = 0; i < nargs; i++)
-		argtypes[i] = plan_arg_type(def->args[i]);
+	nargs = idempo_plan_arg_types(id, argtypes);
 	plan = SPI_prepare_cursor(def->sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s", def->sql,

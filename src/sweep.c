@@ -25,7 +25,6 @@
  */
 #include "idempo.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "citus.h"
 #include "funcapi.h"
@@ -33,7 +32,6 @@
 #include "op_row.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idempo_sweep);
@@ -53,7 +51,7 @@ typedef struct KeyList
 {
 	int			n;
 	Datum	   *tid;
-	Datum	   *status;			/* PLAN_SWEEP_SET only */
+	Datum	   *status;			/* PLAN_SWEEP_SET only, as the three below */
 	Datum	   *sweep_at;
 	bool	   *sweep_at_null;
 	Datum	   *clear_lease;
@@ -76,6 +74,14 @@ keylist_init(KeyList *l, int capacity)
 	l->clear_lease = palloc(sizeof(Datum) * capacity);
 }
 
+/* A row whose change is the same for the whole list (purge, move to review). */
+static void
+keylist_add_row(KeyList *l, Datum tid)
+{
+	l->tid[l->n++] = tid;
+}
+
+/* A row of PLAN_SWEEP_SET, with its own new status and sweep time. */
 static void
 keylist_add(KeyList *l, Datum tid, IdempoStatus status, TimestampTz sweep_at, bool clear_lease)
 {
@@ -131,52 +137,32 @@ run_purge(const IdempoCitusShard *shard, KeyList *l)
  * the batch then runs again with ON CONFLICT DO NOTHING, which keeps the
  * existing review, as before.
  */
+typedef struct ReviewCall
+{
+	const IdempoCitusShard *shard;
+	Datum	   *args;
+} ReviewCall;
+
+static void
+open_reviews_plain(void *arg)
+{
+	ReviewCall *call = arg;
+
+	sweep_execute(call->shard, PLAN_SWEEP_REVIEW, call->args);
+}
+
 static void
 run_to_review(const IdempoCitusShard *shard, KeyList *l, TimestampTz now)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	Datum		args[2];
+	ReviewCall	call = {shard, args};
 
 	if (l->n == 0)
 		return;
 	args[0] = tid_array(l->tid, l->n);
 	args[1] = TimestampTzGetDatum(now);
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		sweep_execute(shard, PLAN_SWEEP_REVIEW, args);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		/*
-		 * Whatever the error, end our subtransaction before anything else,
-		 * as PL/pgSQL's exception blocks do: an error passed on with it
-		 * still open would be caught by the caller's handler (a worker's
-		 * AbortCurrentTransaction(), a PL/pgSQL EXCEPTION block) as if it
-		 * were theirs, which aborts only our subtransaction and leaves
-		 * theirs -- and the user id of idempo's SPI session -- in place.
-		 */
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-			ReThrowError(edata);
-		FreeErrorData(edata);
+	if (!idempo_try_in_subxact(open_reviews_plain, &call, ERRCODE_UNIQUE_VIOLATION))
 		sweep_execute(shard, PLAN_SWEEP_REVIEW_SAFE, args);
-	}
-	PG_END_TRY();
-
 	sweep_execute(shard, PLAN_SWEEP_TO_REVIEW, args);
 }
 
@@ -273,11 +259,11 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 		switch (op_expiry(&r, s, now, &next_due))
 		{
 			case EXPIRY_ABSENT:
-				keylist_add(&purge, tid_d, r.status, DT_NOBEGIN, false);
+				keylist_add_row(&purge, tid_d);
 				c->purged++;
 				break;
 			case EXPIRY_REVIEW:
-				keylist_add(&review, tid_d, STATUS_IN_REVIEW, DT_NOBEGIN, true);
+				keylist_add_row(&review, tid_d);
 				c->moved_to_review++;
 				idempo_log_event(s, TextDatumGetCString(key_d), NULL, r.attempt, from,
 								 STATUS_IN_REVIEW, -1, "sweep", now, actor);

@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * subxact.c
+ *	  Running a piece of work in a subtransaction that may fail with one
+ *	  expected error.
+ *
+ * claim(wait => false) tries the claim with a lock timeout (an expected
+ * 55P03 means "busy"); the sweep opens a batch's reviews with a plain
+ * INSERT (an expected 23505 means "a review made by hand: redo it with ON
+ * CONFLICT").  Both need the same care, that of PL/pgSQL's exception
+ * blocks: whatever the error, our subtransaction is rolled back before
+ * anything else, and only then is an unexpected error passed on.  Passed
+ * on with the subtransaction still open, it would be caught by the
+ * caller's handler (a worker's AbortCurrentTransaction(), a PL/pgSQL
+ * EXCEPTION block) as if it were theirs, which aborts only our
+ * subtransaction and leaves theirs -- and the user id of idempo's SPI
+ * session -- in place.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "access/xact.h"
+#include "utils/resowner.h"
+
+/*
+ * Runs body(arg) in a subtransaction.  Returns true if it succeeded
+ * (committed into the caller's transaction), false if it failed with
+ * SQLSTATE expected (everything it did undone, the error discarded); any
+ * other error is re-thrown after the rollback.
+ */
+bool
+idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool done = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		body(arg);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != expected)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		done = false;
+	}
+	PG_END_TRY();
+	return done;
+}
