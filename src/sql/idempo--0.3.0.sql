@@ -1,0 +1,675 @@
+-- idempo: the same business action happens once.
+-- Every object is schema-qualified; operators are written OPERATOR(pg_catalog.x) wherever a hostile
+-- search_path could otherwise choose another one.  Functions that run as the extension owner are
+-- SECURITY DEFINER with SET search_path = pg_catalog, pg_temp.
+
+\echo Use "CREATE EXTENSION idempo" to load this file. \quit
+
+------------------------------------------------------------------------------------------------
+-- Types
+------------------------------------------------------------------------------------------------
+
+-- The order of the labels is part of the C code (src/idempo.h): append only.
+CREATE TYPE idempo.status AS ENUM
+    ('in_progress', 'succeeded', 'failed', 'retryable', 'unknown', 'in_review');
+
+CREATE TYPE idempo.outcome AS ENUM
+    ('acquired', 'replay', 'busy', 'conflict', 'unknown', 'in_review', 'stale');
+
+CREATE TYPE idempo.claim_result AS (
+    outcome          idempo.outcome,
+    status           idempo.status,
+    attempt          integer,
+    result           jsonb,
+    target_ref       text,
+    error            text,
+    first_seen_at    timestamptz,
+    lease_expires_at timestamptz,
+    conflict_id      bigint,
+    review_id        bigint
+);
+
+------------------------------------------------------------------------------------------------
+-- Tables.  Per-key tables (operations, conflicts, reviews, events) have every unique constraint
+-- include "key" so that they can be distributed by key (Citus); no volatile defaults are needed by
+-- the C code, which passes every timestamp as a parameter.
+------------------------------------------------------------------------------------------------
+
+CREATE TABLE idempo.scopes (
+    name                text        NOT NULL PRIMARY KEY,
+    retention           interval    NOT NULL DEFAULT '24 hours',
+    lease               interval    NOT NULL DEFAULT '5 minutes',
+    on_lease_expiry     text        NOT NULL DEFAULT 'unknown',
+    verify_settle       interval    NOT NULL DEFAULT '1 minute',
+    max_attempts        integer,
+    require_fingerprint boolean     NOT NULL DEFAULT false,
+    hash_keys           boolean     NOT NULL DEFAULT false,
+    store_params        boolean     NOT NULL DEFAULT false,
+    audit               boolean     NOT NULL DEFAULT false,
+    allowed_role        name,
+    owner               text,
+    environment         text,
+    description         text,
+    enabled             boolean     NOT NULL DEFAULT true,
+    created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
+        AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128),
+    CONSTRAINT scopes_on_lease_expiry_check CHECK (on_lease_expiry IN ('unknown', 'retry')),
+    CONSTRAINT scopes_max_attempts_check CHECK (max_attempts OPERATOR(pg_catalog.>) 0),
+    CONSTRAINT scopes_timing_check CHECK (
+        lease OPERATOR(pg_catalog.>) '0'::interval
+        AND verify_settle OPERATOR(pg_catalog.>) '0'::interval
+        AND lease OPERATOR(pg_catalog.<) retention
+        AND verify_settle OPERATOR(pg_catalog.<) retention)
+);
+COMMENT ON TABLE idempo.scopes IS 'One row per kind of business action, with its policy and timings.';
+
+-- sweep_at is the earliest time at which the sweep has something to do with the row (NULL: never,
+-- i.e. in_review).  It may be early, never late: the sweep re-reads the row and, if nothing is due
+-- yet, moves sweep_at forward.  This lets complete/fail leave it alone, so that their UPDATE changes
+-- no indexed column and can be a HOT update.
+CREATE TABLE idempo.operations (
+    scope            text          NOT NULL,
+    key              text          NOT NULL,
+    fingerprint      bytea,
+    status           idempo.status NOT NULL,
+    attempt          integer       NOT NULL,
+    run_id           text,
+    first_seen_at    timestamptz   NOT NULL,
+    last_attempt_at  timestamptz   NOT NULL,
+    lease_expires_at timestamptz,
+    completed_at     timestamptz,
+    expires_at       timestamptz,
+    sweep_at         timestamptz,
+    result           jsonb,
+    target_ref       text,
+    error            text,
+    params           jsonb,
+    attempt_base     integer       NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, key)
+) WITH (fillfactor = 90);
+CREATE INDEX operations_sweep_at_idx ON idempo.operations (sweep_at)
+    WHERE sweep_at IS NOT NULL;
+COMMENT ON TABLE idempo.operations IS 'The processing record of every business action, by scope and key.';
+COMMENT ON COLUMN idempo.operations.sweep_at IS
+    'Earliest time the sweep has work on this row (never later than that; NULL: in review).';
+COMMENT ON COLUMN idempo.operations.attempt_base IS
+    'Attempts up to this one do not count against max_attempts (a reviewer granted new ones).';
+
+CREATE SEQUENCE idempo.conflicts_id_seq;
+CREATE TABLE idempo.conflicts (
+    id                   bigint      NOT NULL DEFAULT pg_catalog.nextval('idempo.conflicts_id_seq'),
+    scope                text        NOT NULL,
+    key                  text        NOT NULL,
+    stored_fingerprint   bytea       NOT NULL,
+    incoming_fingerprint bytea       NOT NULL,
+    stored_params        jsonb,
+    incoming_params      jsonb,
+    run_id               text,
+    first_detected_at    timestamptz NOT NULL,
+    last_detected_at     timestamptz NOT NULL,
+    occurrences          bigint      NOT NULL DEFAULT 1,
+    resolved_at          timestamptz,
+    resolved_by          text,
+    resolution           text,
+    note                 text,
+    PRIMARY KEY (id, key)
+);
+ALTER SEQUENCE idempo.conflicts_id_seq OWNED BY idempo.conflicts.id;
+-- Repeats of one incoming fingerprint are counted on the open row, not duplicated.
+CREATE UNIQUE INDEX conflicts_open_idx ON idempo.conflicts (scope, key, incoming_fingerprint)
+    WHERE resolved_at IS NULL;
+COMMENT ON TABLE idempo.conflicts IS 'Requests that reused a key with different parameters.';
+
+CREATE SEQUENCE idempo.reviews_id_seq;
+CREATE TABLE idempo.reviews (
+    id          bigint      NOT NULL DEFAULT pg_catalog.nextval('idempo.reviews_id_seq'),
+    scope       text        NOT NULL,
+    key         text        NOT NULL,
+    reason      text        NOT NULL,
+    opened_at   timestamptz NOT NULL,
+    operation   idempo.operations,    -- the row when it entered review (cheap to copy; JSON in review_queue)
+    detail      text,
+    resolved_at timestamptz,
+    resolved_by text,
+    resolution  text,
+    note        text,
+    PRIMARY KEY (id, key),
+    CONSTRAINT reviews_reason_check
+        CHECK (reason IN ('retention_expired', 'stale_retry', 'attempts_exhausted', 'manual'))
+);
+ALTER SEQUENCE idempo.reviews_id_seq OWNED BY idempo.reviews.id;
+-- At most one open review per operation.
+CREATE UNIQUE INDEX reviews_open_idx ON idempo.reviews (scope, key) WHERE resolved_at IS NULL;
+COMMENT ON TABLE idempo.reviews IS 'Operations a person must decide on, with a snapshot taken when they entered review.';
+
+CREATE SEQUENCE idempo.events_id_seq;
+CREATE TABLE idempo.events (
+    id          bigint        NOT NULL DEFAULT pg_catalog.nextval('idempo.events_id_seq'),
+    at          timestamptz   NOT NULL,
+    scope       text          NOT NULL,
+    key         text          NOT NULL,
+    run_id      text,
+    attempt     integer,
+    from_status idempo.status,
+    to_status   idempo.status,
+    outcome     idempo.outcome,
+    action      text          NOT NULL,
+    actor       name          NOT NULL,
+    PRIMARY KEY (id, key)
+);
+ALTER SEQUENCE idempo.events_id_seq OWNED BY idempo.events.id;
+CREATE INDEX events_scope_key_idx ON idempo.events (scope, key, id);
+COMMENT ON TABLE idempo.events IS 'Audit log of claim outcomes and transitions in scopes with audit = true.';
+
+-- pg_dump keeps the rows of extension tables only when told to.
+SELECT pg_catalog.pg_extension_config_dump('idempo.scopes', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.operations', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.conflicts', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.conflicts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.reviews', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.reviews_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.events', '');
+SELECT pg_catalog.pg_extension_config_dump('idempo.events_id_seq', '');
+
+------------------------------------------------------------------------------------------------
+-- The claim path (C).  These run their SQL as the extension owner; callers need EXECUTE only.
+------------------------------------------------------------------------------------------------
+
+CREATE FUNCTION idempo.fingerprint(params jsonb) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb) IS
+    'SHA-256 of the canonical encoding of params (key order, whitespace and numeric scale do not matter).';
+
+CREATE FUNCTION idempo.claim(
+    scope              text,
+    key                text,
+    params             jsonb       DEFAULT NULL,
+    fingerprint        bytea       DEFAULT NULL,
+    run_id             text        DEFAULT NULL,
+    intent_at          timestamptz DEFAULT NULL,
+    wait               boolean     DEFAULT true,
+    complete_on_commit boolean     DEFAULT false)
+    RETURNS idempo.claim_result
+    AS 'MODULE_PATHNAME', 'idempo_claim'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.complete(
+    scope      text,
+    key        text,
+    attempt    integer DEFAULT NULL,
+    result     jsonb   DEFAULT NULL,
+    target_ref text    DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_complete'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.fail(
+    scope     text,
+    key       text,
+    attempt   integer DEFAULT NULL,
+    error     text    DEFAULT NULL,
+    retryable boolean DEFAULT true)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_fail'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
+    AS 'MODULE_PATHNAME', 'idempo_lookup'
+    LANGUAGE C STABLE PARALLEL UNSAFE;
+
+-- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
+CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
+    AS 'MODULE_PATHNAME', 'idempo_stored_key'
+    LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+CREATE FUNCTION idempo.verify(
+    scope      text,
+    key        text,
+    found      boolean,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_verify'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.resolve(
+    scope      text,
+    key        text,
+    resolution text,
+    reviewer   text,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL,
+    note       text  DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_resolve'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.request_review(scope text, key text, note text DEFAULT NULL)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempo_request_review'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
+    RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
+    AS 'MODULE_PATHNAME', 'idempo_sweep'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+
+-- Shared-memory counters (need shared_preload_libraries = 'idempo').
+CREATE FUNCTION idempo.counters()
+    RETURNS TABLE (name text, value bigint, since timestamptz)
+    AS 'MODULE_PATHNAME', 'idempo_counters'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE FUNCTION idempo.reset_counters() RETURNS void
+    AS 'MODULE_PATHNAME', 'idempo_reset_counters'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The background worker's processes: the launcher and one sweeper per database served.
+CREATE FUNCTION idempo.workers()
+    RETURNS TABLE (kind text, database_id oid, pid integer, state text, rounds bigint,
+                   wakeups bigint, last_round_at timestamptz, next_round_at timestamptz)
+    AS 'MODULE_PATHNAME', 'idempo_workers'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
+-- The time idempo decides with: the system clock shifted by idempo.clock_offset (tests only).
+CREATE FUNCTION idempo.now() RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_clock_now'
+    LANGUAGE C VOLATILE PARALLEL SAFE;
+
+-- Statement trigger on idempo.scopes: tells every backend to drop its cached copy of the scopes.
+CREATE FUNCTION idempo.scopes_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'idempo_scopes_changed'
+    LANGUAGE C;
+CREATE TRIGGER scopes_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempo.scopes
+    FOR EACH STATEMENT EXECUTE FUNCTION idempo.scopes_changed();
+
+------------------------------------------------------------------------------------------------
+-- Scope administration (PL/pgSQL: not on the hot path).
+------------------------------------------------------------------------------------------------
+
+-- Refuses a scope row that the claim path could not work with, with a hint.
+CREATE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF s.name IS NULL OR s.name = '' THEN
+        RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF octet_length(s.name) > 128 THEN
+        RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(s.name)
+            USING ERRCODE = '22023', HINT = 'Use a shorter scope name.';
+    END IF;
+    IF s.retention IS NULL OR s.retention <= '0'::interval THEN
+        RAISE EXCEPTION 'retention of scope "%" must be positive, not %', s.name, s.retention
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''24 hours''.';
+    END IF;
+    IF s.lease IS NULL OR s.lease <= '0'::interval THEN
+        RAISE EXCEPTION 'lease of scope "%" must be positive, not %', s.name, s.lease
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''5 minutes''.';
+    END IF;
+    IF s.verify_settle IS NULL OR s.verify_settle <= '0'::interval THEN
+        RAISE EXCEPTION 'verify_settle of scope "%" must be positive, not %', s.name, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''1 minute''.';
+    END IF;
+    IF s.retention > '100 years'::interval OR s.lease > '100 years'::interval
+       OR s.verify_settle > '100 years'::interval THEN
+        RAISE EXCEPTION 'timings of scope "%" must be at most 100 years (retention %, lease %, verify_settle %)',
+            s.name, s.retention, s.lease, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Records are kept for the retention; give a realistic interval.';
+    END IF;
+    IF s.lease >= s.retention OR s.verify_settle >= s.retention THEN
+        RAISE EXCEPTION 'lease (%) and verify_settle (%) of scope "%" must be shorter than its retention (%)',
+            s.lease, s.verify_settle, s.name, s.retention
+            USING ERRCODE = '22023',
+                  HINT = 'Unfinished work goes to review when retention runs out; a lease or settle window that outlives it would never be used.';
+    END IF;
+    IF s.on_lease_expiry IS NULL OR s.on_lease_expiry NOT IN ('unknown', 'retry') THEN
+        RAISE EXCEPTION 'on_lease_expiry of scope "%" must be ''unknown'' or ''retry'', not %',
+            s.name, coalesce(quote_literal(s.on_lease_expiry), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''retry'' only when the target system honours the same idempotency key.';
+    END IF;
+    IF s.max_attempts IS NOT NULL AND s.max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
+            USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
+    END IF;
+    IF s.allowed_role IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
+        RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
+            USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION idempo.create_scope(
+    name                text,
+    retention           interval DEFAULT '24 hours',
+    lease               interval DEFAULT '5 minutes',
+    on_lease_expiry     text     DEFAULT 'unknown',
+    verify_settle       interval DEFAULT '1 minute',
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT false,
+    hash_keys           boolean  DEFAULT false,
+    store_params        boolean  DEFAULT false,
+    audit               boolean  DEFAULT false,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL)
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    s.name := create_scope.name;
+    s.retention := create_scope.retention;
+    s.lease := create_scope.lease;
+    s.on_lease_expiry := create_scope.on_lease_expiry;
+    s.verify_settle := create_scope.verify_settle;
+    s.max_attempts := create_scope.max_attempts;
+    s.require_fingerprint := coalesce(create_scope.require_fingerprint, false);
+    s.hash_keys := coalesce(create_scope.hash_keys, false);
+    s.store_params := coalesce(create_scope.store_params, false);
+    s.audit := coalesce(create_scope.audit, false);
+    s.allowed_role := create_scope.allowed_role;
+    s.owner := create_scope.owner;
+    s.environment := create_scope.environment;
+    s.description := create_scope.description;
+    s.enabled := true;
+    s.created_at := now();
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    BEGIN
+        INSERT INTO idempo.scopes SELECT s.*;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'scope "%" already exists', s.name
+            USING ERRCODE = '42710', HINT = 'Change it with idempo.alter_scope().';
+    END;
+    RETURN s;
+END
+$$;
+
+-- NULL leaves a setting unchanged.  To clear a nullable setting pass max_attempts => 0,
+-- allowed_role => '', owner/environment/description => ''.
+CREATE FUNCTION idempo.alter_scope(
+    name                text,
+    retention           interval DEFAULT NULL,
+    lease               interval DEFAULT NULL,
+    on_lease_expiry     text     DEFAULT NULL,
+    verify_settle       interval DEFAULT NULL,
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT NULL,
+    hash_keys           boolean  DEFAULT NULL,
+    store_params        boolean  DEFAULT NULL,
+    audit               boolean  DEFAULT NULL,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL)
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+    r interval;
+BEGIN
+    IF alter_scope.name IS NULL THEN
+        RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the name of an existing scope.';
+    END IF;
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = alter_scope.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', alter_scope.name
+            USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
+    END IF;
+    IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Stored keys would no longer match; create a new scope instead.';
+    END IF;
+    s.retention := coalesce(alter_scope.retention, s.retention);
+    s.lease := coalesce(alter_scope.lease, s.lease);
+    s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
+    s.verify_settle := coalesce(alter_scope.verify_settle, s.verify_settle);
+    IF alter_scope.max_attempts IS NOT NULL THEN
+        s.max_attempts := nullif(alter_scope.max_attempts, 0);
+    END IF;
+    s.require_fingerprint := coalesce(alter_scope.require_fingerprint, s.require_fingerprint);
+    s.hash_keys := coalesce(alter_scope.hash_keys, s.hash_keys);
+    s.store_params := coalesce(alter_scope.store_params, s.store_params);
+    s.audit := coalesce(alter_scope.audit, s.audit);
+    IF alter_scope.allowed_role IS NOT NULL THEN
+        s.allowed_role := nullif(alter_scope.allowed_role, '');
+    END IF;
+    IF alter_scope.owner IS NOT NULL THEN
+        s.owner := nullif(alter_scope.owner, '');
+    END IF;
+    IF alter_scope.environment IS NOT NULL THEN
+        s.environment := nullif(alter_scope.environment, '');
+    END IF;
+    IF alter_scope.description IS NOT NULL THEN
+        s.description := nullif(alter_scope.description, '');
+    END IF;
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    UPDATE idempo.scopes AS sc SET
+        retention = s.retention, lease = s.lease, on_lease_expiry = s.on_lease_expiry,
+        verify_settle = s.verify_settle, max_attempts = s.max_attempts,
+        require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
+        store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
+        owner = s.owner, environment = s.environment, description = s.description,
+        updated_at = s.updated_at
+    WHERE sc.name = s.name;
+    -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
+    -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
+    -- exact, and immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
+    r := make_interval(days => ((extract(year FROM s.retention) * 12 + extract(month FROM s.retention)) * 30
+                                + extract(day FROM s.retention))::integer)
+         + (s.retention - date_trunc('day', s.retention));
+    UPDATE idempo.operations AS o SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+    WHERE o.scope = s.name
+      AND o.status IN ('in_progress', 'retryable', 'unknown')
+      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
+    RETURN s;
+END
+$$;
+
+CREATE FUNCTION idempo.set_scope_enabled(name text, enabled boolean) RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    IF set_scope_enabled.name IS NULL THEN
+        RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the name of an existing scope.';
+    END IF;
+    UPDATE idempo.scopes AS sc SET enabled = set_scope_enabled.enabled, updated_at = now()
+    WHERE sc.name = set_scope_enabled.name
+    RETURNING * INTO s;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', set_scope_enabled.name
+            USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
+    END IF;
+    RETURN s;
+END
+$$;
+
+CREATE FUNCTION idempo.disable_scope(name text) RETURNS idempo.scopes
+    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    RETURN idempo.set_scope_enabled(name, false);
+
+CREATE FUNCTION idempo.enable_scope(name text) RETURNS idempo.scopes
+    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    RETURN idempo.set_scope_enabled(name, true);
+
+------------------------------------------------------------------------------------------------
+-- Conflicts
+------------------------------------------------------------------------------------------------
+
+-- resolution: 'kept_stored' (the stored request stands, the incoming one was refused),
+-- 'new_key' (the incoming request was re-sent under a new key), 'dismissed' (nothing to do).
+CREATE FUNCTION idempo.resolve_conflict(conflict_id bigint, resolution text, reviewer text,
+                                        note text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c idempo.conflicts;
+    k text;
+BEGIN
+    IF resolution IS NULL OR resolution NOT IN ('kept_stored', 'new_key', 'dismissed') THEN
+        RAISE EXCEPTION 'unknown conflict resolution %', coalesce(quote_literal(resolution), 'NULL')
+            USING ERRCODE = '22023', HINT = 'Use ''kept_stored'', ''new_key'' or ''dismissed''.';
+    END IF;
+    IF reviewer IS NULL OR reviewer = '' THEN
+        RAISE EXCEPTION 'a reviewer must be named to resolve conflict %', conflict_id
+            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
+    END IF;
+    -- The key first, then the row locked through it: on a cluster distributed by key (Citus) a
+    -- row can only be locked by a statement that names its key.
+    SELECT x.key INTO k FROM idempo.conflicts AS x WHERE x.id = conflict_id;
+    SELECT * INTO c FROM idempo.conflicts AS x WHERE x.id = conflict_id AND x.key = k FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'conflict % does not exist', conflict_id
+            USING ERRCODE = '42704', HINT = 'Open conflicts are listed in idempo.conflicts where resolved_at is null.';
+    END IF;
+    IF c.resolved_at IS NOT NULL THEN
+        RAISE EXCEPTION 'conflict % (scope "%", key "%") was already resolved by % at %',
+            conflict_id, c.scope, c.key, c.resolved_by, c.resolved_at
+            USING ERRCODE = '55000', HINT = 'A resolved conflict cannot be resolved again.';
+    END IF;
+    UPDATE idempo.conflicts AS x
+       SET resolved_at = now(), resolved_by = reviewer,
+           resolution = resolve_conflict.resolution, note = resolve_conflict.note
+     WHERE x.id = conflict_id AND x.key = c.key;
+END
+$$;
+
+------------------------------------------------------------------------------------------------
+-- What people look at
+------------------------------------------------------------------------------------------------
+
+-- Open reviews, oldest first, with how long each has waited.
+CREATE VIEW idempo.review_queue AS
+SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
+       idempo.now() OPERATOR(pg_catalog.-) r.opened_at AS waiting,
+       o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
+       r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
+FROM idempo.reviews r
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
+WHERE r.resolved_at IS NULL
+ORDER BY r.opened_at, r.id;
+
+-- Per scope: operations per status, open reviews and the oldest one's wait, open conflicts.
+-- Counting operations reads the whole table: query it for monitoring, not in a hot loop.
+CREATE VIEW idempo.stats AS
+WITH ops AS (
+    SELECT o.scope,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_progress') AS in_progress,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'failed') AS failed,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'retryable') AS retryable,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'unknown') AS unknown,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_review') AS in_review
+    FROM idempo.operations o GROUP BY o.scope),
+revs AS (
+    SELECT r.scope, pg_catalog.count(*) AS open_reviews, pg_catalog.min(r.opened_at) AS oldest
+    FROM idempo.reviews r WHERE r.resolved_at IS NULL GROUP BY r.scope),
+cons AS (
+    SELECT c.scope, pg_catalog.count(*) AS open_conflicts
+    FROM idempo.conflicts c WHERE c.resolved_at IS NULL GROUP BY c.scope)
+SELECT s.name AS scope, s.enabled,
+       COALESCE(ops.in_progress, 0) AS in_progress, COALESCE(ops.succeeded, 0) AS succeeded,
+       COALESCE(ops.failed, 0) AS failed, COALESCE(ops.retryable, 0) AS retryable,
+       COALESCE(ops.unknown, 0) AS unknown, COALESCE(ops.in_review, 0) AS in_review,
+       COALESCE(revs.open_reviews, 0) AS open_reviews,
+       idempo.now() OPERATOR(pg_catalog.-) revs.oldest AS oldest_review_wait,
+       COALESCE(cons.open_conflicts, 0) AS open_conflicts
+FROM idempo.scopes s
+LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
+LEFT JOIN revs ON revs.scope OPERATOR(pg_catalog.=) s.name
+LEFT JOIN cons ON cons.scope OPERATOR(pg_catalog.=) s.name;
+
+-- The top-level fields whose values differ between two parameter documents (store_params scopes).
+CREATE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
+    RETURNS TABLE (field text, stored_value jsonb, incoming_value jsonb)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT COALESCE(s.key, i.key), s.value, i.value
+    FROM jsonb_each(CASE WHEN jsonb_typeof(stored) = 'object' THEN stored ELSE jsonb_build_object('', stored) END) s
+    FULL JOIN jsonb_each(CASE WHEN jsonb_typeof(incoming) = 'object' THEN incoming ELSE jsonb_build_object('', incoming) END) i
+           ON i.key = s.key
+    WHERE s.value IS DISTINCT FROM i.value
+    ORDER BY 1
+$$;
+
+-- Open conflicts, oldest first, with what changed (when the scope stores params).
+CREATE VIEW idempo.conflict_queue AS
+SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
+       idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at AS waiting, c.run_id,
+       o.status AS stored_status, o.target_ref AS stored_target_ref,
+       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
+                   'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
+          FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
+       c.stored_params, c.incoming_params
+FROM idempo.conflicts c
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
+WHERE c.resolved_at IS NULL
+ORDER BY c.first_detected_at, c.id;
+
+-- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
+-- Used by the tests after every fault; cheap enough to run by hand on a live system.
+CREATE FUNCTION idempo.check_consistency()
+    RETURNS TABLE (scope text, key text, problem text)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $$
+    -- Written so that a cluster distributed by key (Citus) can run it too: the checks of a row
+    -- form an array (no VALUES with a subquery), open reviews are counted in a join on the key.
+    SELECT x.scope, x.key, p.problem
+    FROM (
+        SELECT o.scope, o.key, ARRAY[
+            CASE WHEN s.name IS NULL THEN 'scope does not exist' END,
+            CASE WHEN o.status = 'in_progress' AND o.lease_expires_at IS NULL THEN 'in_progress without a lease' END,
+            CASE WHEN o.status <> 'in_progress' AND o.lease_expires_at IS NOT NULL THEN 'lease on a record that is not in_progress' END,
+            CASE WHEN o.status IN ('succeeded', 'failed') AND (o.completed_at IS NULL OR o.expires_at IS NULL)
+                 THEN 'finished without completed_at/expires_at' END,
+            CASE WHEN o.status NOT IN ('succeeded', 'failed') AND o.expires_at IS NOT NULL
+                 THEN 'unfinished with expires_at' END,
+            CASE WHEN o.status = 'in_review' AND o.sweep_at IS NOT NULL THEN 'in_review but scheduled for the sweep' END,
+            CASE WHEN o.status <> 'in_review' AND o.sweep_at IS NULL THEN 'never swept' END,
+            CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at THEN 'swept after expiry' END,
+            CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
+                      AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
+                      AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END,
+            CASE WHEN o.attempt < 0 OR o.attempt_base > o.attempt THEN 'bad attempt numbers' END,
+            CASE WHEN o.status = 'in_review' AND coalesce(rv.open, 0) <> 1
+                 THEN 'in_review without exactly one open review' END
+        ] AS problems
+        FROM idempo.operations o
+        LEFT JOIN idempo.scopes s ON s.name = o.scope
+        LEFT JOIN (SELECT r.scope, r.key, count(*) AS open FROM idempo.reviews r
+                   WHERE r.resolved_at IS NULL GROUP BY r.scope, r.key) rv
+               ON rv.scope = o.scope AND rv.key = o.key
+    ) x
+    CROSS JOIN LATERAL unnest(x.problems) AS p(problem)
+    WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT r.scope, r.key, 'open review of an operation that is not in_review'
+    FROM idempo.reviews r
+    WHERE r.resolved_at IS NULL
+      AND NOT EXISTS (SELECT FROM idempo.operations o
+                      WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
+$$;
+
+------------------------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC but fingerprint().  See README "Security" for the grant sets.
+------------------------------------------------------------------------------------------------
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
+-- used by the views; harmless
+GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
