@@ -274,7 +274,7 @@ typedef struct IdempoWorkerSlot
  * sweeper's own transaction (conflict_queue.c).  The request itself is in
  * a pinned dynamic shared memory segment.
  */
-#define IDEMPO_CONFLICT_SLOTS 64
+#define IDEMPO_CONFLICT_SLOTS 256
 
 typedef enum IdempoConflictSlotState
 {

@@ -261,8 +261,8 @@ idempo_launcher_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			recheck = true;
 		}
-		if (idempo_worker_enabled)
-			launcher_round(recheck);
+		/* also while sweeping is off: the sweepers then only record conflicts */
+		launcher_round(recheck);
 		idempo_launcher_report_round();
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
