@@ -191,8 +191,7 @@ idempo_catalog(void)
 				(errcode(ERRCODE_UNDEFINED_SCHEMA),
 				 errmsg("schema \"idempo\" does not exist"),
 				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
-	/* 0.3.0 knows an open conflict by both fingerprints (supported_versions[2]) */
-	fresh.open_conflict_by_stored = check_version() >= 2;
+	check_version();
 	fresh.scopes_relid = relation_oid("scopes", fresh.namespace_oid);
 	fresh.operations_relid = relation_oid("operations", fresh.namespace_oid);
 

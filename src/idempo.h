@@ -105,7 +105,6 @@ typedef struct IdempoCatalog
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
 	Oid			outcome_label[NUM_OUTCOMES];
-	bool		open_conflict_by_stored;	/* version >= 0.3.0 (see conflicts.c) */
 } IdempoCatalog;
 
 extern const IdempoCatalog *idempo_catalog(void);
@@ -375,6 +374,7 @@ extern bool idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id);
 extern void idempo_cq_withdraw(int slot);
 extern void idempo_cq_hand_over(int slot);
 extern void idempo_cq_sweeper_started(void);
+extern bool idempo_cq_pending(Oid database_id);
 extern TimestampTz idempo_cq_serve(void);
 
 /* ---- audit.c ---- */

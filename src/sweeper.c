@@ -13,7 +13,8 @@
  * logged, counted and survived.  What a round moved is logged per scope at
  * LOG after it committed; an empty round is silent.  The sweeper exits when
  * the database no longer has the extension, is no longer listed in
- * idempo.databases, or, quietly, on SIGTERM; postmaster death ends it.
+ * idempo.databases, or on SIGTERM (quietly when idle, after recording the
+ * conflicts in hand); postmaster death ends it.
  *
  * It also records the conflicts that claims in its database hand it
  * (conflict_queue.c): its latch is set for each, and it serves them before
@@ -56,6 +57,31 @@ typedef struct ScopeMoves
 } ScopeMoves;
 
 static char *dbname = NULL;		/* of the database this sweeper serves */
+static volatile sig_atomic_t working = false;	/* in a transaction: SIGTERM must interrupt it */
+
+/*
+ * SIGTERM: while the sweeper works in a transaction, as die() (a lock wait
+ * or a wait for a synchronous standby must end); while it is idle, a quiet
+ * exit at the top of the loop, after the conflicts in hand are recorded.
+ */
+static void
+sweeper_sigterm(SIGNAL_ARGS)
+{
+	if (working)
+		die(postgres_signal_arg);
+	else
+		SignalHandlerForShutdownRequest(postgres_signal_arg);
+}
+
+/* Records what claims handed over, then leaves: they must not wait for the next sweeper. */
+static void
+sweeper_exit(void)
+{
+	working = true;
+	(void) idempo_cq_serve();
+	working = false;
+	proc_exit(0);
+}
 static List *round_moves = NIL;	/* ScopeMoves of the current round, in round_cxt */
 static MemoryContext round_cxt = NULL;
 
@@ -159,8 +185,7 @@ idempo_sweeper_main(Datum main_arg)
 	bool		has_extension;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	/* a clean stop: finish what is in hand, exit quietly (no FATAL in the log) */
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, sweeper_sigterm);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(database_id, InvalidOid, 0);
 	if (!idempo_slot_register(database_id))
@@ -176,6 +201,7 @@ idempo_sweeper_main(Datum main_arg)
 		proc_exit(0);			/* the launcher only looked: it looks again later */
 	/* from now on it serves the database (the launcher no longer counts it as a look) */
 	idempo_slot_report(WORKER_IDLE, false, 0);
+	idempo_wake_launcher();		/* it may look at the next database now */
 	SetConfigOption("application_name", "idempo sweeper", PGC_USERSET, PGC_S_SESSION);
 
 	for (;;)
@@ -187,18 +213,20 @@ idempo_sweeper_main(Datum main_arg)
 
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
-			proc_exit(0);
+			sweeper_exit();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!idempo_database_listed(dbname))
-				proc_exit(0);
+				sweeper_exit();
 			next_round = 0;		/* a new interval or batch size applies from now */
 		}
 
 		/* conflicts first: a claim is waiting for each (conflict_queue.c) */
+		working = true;
 		conflict_retry = idempo_cq_serve();
+		working = false;
 
 		now = GetCurrentTimestamp();
 		if (now >= next_round)
@@ -208,7 +236,9 @@ idempo_sweeper_main(Datum main_arg)
 			if (idempo_worker_enabled && !RecoveryInProgress())
 			{
 				idempo_slot_report(WORKER_SWEEPING, false, 0);
+				working = true;
 				result = sweep_round_guarded();
+				working = false;
 				if (result == ROUND_NO_EXTENSION)
 					proc_exit(0);	/* the launcher looks again later */
 			}
