@@ -1,7 +1,9 @@
 -- The claim decision table: existing state x incoming fingerprint (same / different / none)
 -- -> outcome, resulting status and attempt, checked both in claim's answer and in the stored row.
+-- States ending in -nofp were claimed without params: a stored record without a fingerprint
+-- is never compared (same and diff are then just "some fingerprint").
 BEGIN;
-SELECT plan(39 * 3 + 3);
+SELECT plan(54 * 3 + 3 + 5);
 
 SELECT lives_ok($$SELECT idempo.create_scope('dt', retention => '1 hour', lease => '1 minute', max_attempts => 3)$$,
                 'scope dt');
@@ -56,11 +58,41 @@ INSERT INTO decisions VALUES
     -- ... and unfinished work past retention goes to review
     ('retryable',           'dt',       7300, 'same', 'in_review', 'in_review',   1),
     ('retryable',           'dt',       7300, 'diff', 'conflict',  'in_review',   1),
-    ('retryable',           'dt',       7300, 'none', 'in_review', 'in_review',   1);
+    ('retryable',           'dt',       7300, 'none', 'in_review', 'in_review',   1),
+    -- stored without a fingerprint x incoming with one (or none): no conflict, ever
+    ('in_progress-nofp',    'dt',       0,    'same', 'busy',      'in_progress', 1),
+    ('in_progress-nofp',    'dt',       0,    'diff', 'busy',      'in_progress', 1),
+    ('in_progress-nofp',    'dt',       0,    'none', 'busy',      'in_progress', 1),
+    ('retryable-nofp',      'dt',       0,    'same', 'acquired',  'in_progress', 2),
+    ('retryable-nofp',      'dt',       0,    'diff', 'acquired',  'in_progress', 2),
+    ('retryable-nofp',      'dt',       0,    'none', 'acquired',  'in_progress', 2),
+    ('succeeded-nofp',      'dt',       0,    'same', 'replay',    'succeeded',   1),
+    ('succeeded-nofp',      'dt',       0,    'diff', 'replay',    'succeeded',   1),
+    ('succeeded-nofp',      'dt',       0,    'none', 'replay',    'succeeded',   1),
+    ('failed-nofp',         'dt',       0,    'same', 'replay',    'failed',      1),
+    ('failed-nofp',         'dt',       0,    'diff', 'replay',    'failed',      1),
+    ('failed-nofp',         'dt',       0,    'none', 'replay',    'failed',      1),
+    ('unknown-nofp',        'dt',       120,  'same', 'unknown',   'unknown',     1),
+    ('unknown-nofp',        'dt',       120,  'diff', 'unknown',   'unknown',     1),
+    ('unknown-nofp',        'dt',       120,  'none', 'unknown',   'unknown',     1);
 
--- Brings key k of scope s into a state, with params {"v":1}.
+-- Brings key k of scope s into a state, with params {"v":1} (-nofp: without params).
 CREATE FUNCTION pg_temp.make(state text, s text, k text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    IF state LIKE '%-nofp' THEN
+        PERFORM idempo.claim(s, k);
+        CASE state
+        WHEN 'in_progress-nofp' THEN NULL;
+        WHEN 'retryable-nofp' THEN PERFORM idempo.fail(s, k, 1, 'e', true);
+        WHEN 'succeeded-nofp' THEN PERFORM idempo.complete(s, k, 1, '{"r":1}');
+        WHEN 'failed-nofp' THEN PERFORM idempo.fail(s, k, 1, 'e', false);
+        WHEN 'unknown-nofp' THEN
+            PERFORM set_config('idempo.clock_offset', '90', true);
+            PERFORM idempo.claim(s, k);   -- the lease ran out: unknown
+            PERFORM set_config('idempo.clock_offset', '0', true);
+        END CASE;
+        RETURN;
+    END IF;
     CASE state
     WHEN 'none' THEN NULL;
     WHEN 'in_progress' THEN PERFORM idempo.claim(s, k, '{"v":1}');
@@ -102,6 +134,19 @@ BEGIN
 END $$;
 
 SELECT * FROM pg_temp.run();
+
+-- A retryable record without a fingerprint adopts the one of the claim that acquires it;
+-- from then on a different fingerprint is a conflict.  A replay writes nothing.
+SELECT is((idempo.lookup('dt', 'retryable-nofp/dt/0/diff')).fingerprint, idempo.fingerprint('{"v":2}'),
+          'retryable without fingerprint, acquired with one: the record adopts it');
+SELECT is((idempo.claim('dt', 'retryable-nofp/dt/0/diff', '{"v":1}')).outcome, 'conflict',
+          'and a claim with another fingerprint is then a conflict');
+SELECT is((idempo.lookup('dt', 'retryable-nofp/dt/0/none')).fingerprint, NULL,
+          'acquired again without params: still no fingerprint');
+SELECT is((idempo.lookup('dt', 'succeeded-nofp/dt/0/diff')).fingerprint, NULL,
+          'a replay does not store the incoming fingerprint');
+SELECT is((SELECT count(*) FROM idempo.conflicts WHERE key LIKE '%-nofp/%'), 1::bigint,
+          'the only conflict among records stored without a fingerprint is the one after adoption');
 
 SELECT * FROM finish();
 ROLLBACK;
