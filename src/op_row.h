@@ -97,6 +97,8 @@ extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);
 extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
+extern void op_row_check_attempt(const char *verb, const char *scope, const char *key,
+								 int32 given, int32 current);
 
 /* expiry.c */
 typedef enum OpExpiry
