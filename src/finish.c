@@ -147,6 +147,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 
 	if (finish_directly(f, completed_at, expires_at))
 	{
+		idempo_txn_finished(f->scope->name, f->key, f->attempt);
 		idempo_spi_end(&session);
 		return idempo_status_datum(f->to);
 	}
@@ -178,6 +179,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 
 	if (idempo_spi_execute(PLAN_OP_FINISH, values, nulls, 0) != 1)
 		refuse(f, verb);
+	idempo_txn_finished(f->scope->name, f->key, f->attempt);
 
 	idempo_log_event(f->scope, f->key, NULL, f->attempt, from_status, f->to, -1, verb, now,
 					 session.save_userid);

@@ -140,6 +140,13 @@ typedef struct OpDirectFinish
 extern OpDirectResult op_direct_insert(const char *scope, const char *key, const OpRow *r,
 									   ItemPointer tid);
 extern bool op_direct_finish(const OpDirectFinish *f, ItemPointer tid);
-extern bool op_direct_key_busy(const char *scope, const char *key);
+typedef enum OpKeyState
+{
+	KEY_QUIET,					/* no other transaction is changing the record */
+	KEY_IN_FLUX,				/* another running transaction inserts, updates or deletes it */
+	KEY_CANNOT_TELL
+} OpKeyState;
+
+extern OpKeyState op_key_in_flux(const char *scope, const char *key);
 
 #endif							/* IDEMPO_OP_ROW_H */
