@@ -196,7 +196,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				return;
 			}
 		case EXPIRY_REVIEW:
-			to_review(ans, a, "retention_expired", NULL);
+			to_review(ans, a, "retention_expired", op_retention_detail(r));
 			changed = true;
 			break;
 		case EXPIRY_LEASE_UNKNOWN:
@@ -465,22 +465,28 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 
+	/* a run id or params passed by position land in fingerprint: say what was taken as what */
 	if (a.params != NULL && !PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("claim of key \"%s\" in scope \"%s\" gives both params and fingerprint",
 						a.key, a.scope->name),
-				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both.")));
+				 errdetail("The 4th argument, taken as fingerprint, is %s.",
+						   idempo_bytea_arg_text(PG_GETARG_BYTEA_PP(3))),
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both; pass run_id by name: run_id => ...")));
 	if (!PG_ARGISNULL(3))
 	{
 		bytea	   *fp = PG_GETARG_BYTEA_PP(3);
+		size_t		len = VARSIZE_ANY_EXHDR(fp);
 
-		if (VARSIZE_ANY_EXHDR(fp) != IDEMPO_DIGEST_LEN)
+		if (len != IDEMPO_DIGEST_LEN)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
-							a.key, a.scope->name, (size_t) VARSIZE_ANY_EXHDR(fp), IDEMPO_DIGEST_LEN),
-					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...).")));
+					 errmsg_plural("fingerprint for key \"%s\" in scope \"%s\" is %zu byte long, not %d",
+								   "fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
+								   len, a.key, a.scope->name, len, IDEMPO_DIGEST_LEN),
+					 errdetail("The 4th argument, taken as fingerprint, is %s.", idempo_bytea_arg_text(fp)),
+					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...); pass run_id by name: run_id => ...")));
 		memcpy(a.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		a.has_fingerprint = true;
 	}

@@ -177,6 +177,7 @@ op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer ti
 	char		nulls[2 + NUM_OP_COLS];
 
 	ItemPointerSetInvalid(tid);
+	idempo_refuse_on_subscriber(scope, key);
 	switch (op_direct_insert(scope, key, r, tid))
 	{
 		case OP_DIRECT_INSERTED:
