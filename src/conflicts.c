@@ -186,6 +186,8 @@ idempo_record_conflict(const IdempoConflict *c)
 	int64		id = 0;
 	IdempoSpiSession session;
 
+	/* where the records are a publisher's, no conflict can be recorded here (replication.c) */
+	idempo_refuse_on_subscriber(c->scope, c->key);
 	if (IsUnderPostmaster && record_in_worker(c, &id))
 		return id;
 

@@ -98,7 +98,7 @@ idempo_verify(PG_FUNCTION_ARGS)
 	if (r.status != STATUS_UNKNOWN)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot verify key \"%s\" in scope \"%s\": %s; only an operation whose outcome is unknown is verified",
+				 errmsg("cannot verify key \"%s\" in scope \"%s\": %s",
 						key, s->name, idempo_status_phrase(r.status)),
 				 r.status == STATUS_IN_PROGRESS ?
 				 errdetail("An attempt holds the lease until %s.", timestamptz_to_str(r.lease_expires_at)) : 0,
@@ -188,9 +188,9 @@ idempo_resolve(PG_FUNCTION_ARGS)
 	if (r.status != STATUS_UNKNOWN && r.status != STATUS_IN_REVIEW)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot resolve key \"%s\" in scope \"%s\": %s; only an operation whose outcome is unknown or that is in review is resolved",
+				 errmsg("cannot resolve key \"%s\" in scope \"%s\": %s",
 						key, s->name, idempo_status_phrase(r.status)),
-				 errhint("Put it in review first with idempo.request_review() if a person must decide.")));
+				 errhint("resolve() decides operations whose outcome is unknown or that are in review; put it in review first with idempo.request_review() if a person must decide.")));
 
 	if (strcmp(resolution, "succeeded") == 0)
 	{

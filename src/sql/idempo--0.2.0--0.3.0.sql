@@ -44,7 +44,8 @@ SELECT s.name AS scope, s.enabled,
        COALESCE(ops.failed, 0) AS failed, COALESCE(ops.retryable, 0) AS retryable,
        COALESCE(ops.unknown, 0) AS unknown, COALESCE(ops.in_review, 0) AS in_review,
        COALESCE(revs.open_reviews, 0) AS open_reviews,
-       GREATEST(idempo.now() OPERATOR(pg_catalog.-) revs.oldest, '0'::interval) AS oldest_review_wait,
+       CASE WHEN revs.oldest IS NOT NULL
+            THEN GREATEST(idempo.now() OPERATOR(pg_catalog.-) revs.oldest, '0'::interval) END AS oldest_review_wait,
        COALESCE(cons.open_conflicts, 0) AS open_conflicts
 FROM idempo.scopes s
 LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name

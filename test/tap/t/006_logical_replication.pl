@@ -32,16 +32,21 @@ $sub->start;
 $pub->safe_psql('postgres', q{
 CREATE EXTENSION idempo;
 SELECT idempo.create_scope('s', retention => '1 hour', lease => '1 minute');
-SELECT idempo.claim('s', 'lost');
-SELECT idempo.claim('s', 'done', '{"qty":1}', complete_on_commit => true);
 CREATE PUBLICATION idempo_pub
     FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
 });
 $sub->safe_psql('postgres', 'CREATE EXTENSION idempo');
-my $pub_connstr = $pub->connstr('postgres');
+my $pub_connstr = $pub->connstr . ' dbname=postgres';
 $sub->safe_psql('postgres',
 	"CREATE SUBSCRIPTION idempo_sub CONNECTION '$pub_connstr' PUBLICATION idempo_pub");
 $sub->wait_for_subscription_sync($pub, 'idempo_sub');
+
+# work the publisher's callers leave: an attempt that never finished, a finished one
+$pub->safe_psql('postgres', q{
+SELECT idempo.claim('s', 'lost');
+SELECT idempo.claim('s', 'done', '{"qty":1}', complete_on_commit => true);
+});
+$pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || status, ', ' ORDER BY key) FROM idempo.operations}),
    'done succeeded, lost in_progress', 'the subscriber has the publisher\'s operations');
 
@@ -61,7 +66,7 @@ ok($sub->log_contains(qr/idempo sweeper: database "postgres" receives idempo's r
 
 # The publisher sweeps; its changes arrive and apply.  The marker claim comes after the sweep.
 $pub->safe_psql('postgres', q{
-SET idempo.clock_offset = '1 day';
+SET idempo.clock_offset = '86400';
 SELECT * FROM idempo.sweep();
 RESET idempo.clock_offset;
 SELECT idempo.claim('s', 'marker', '{"m":1}', complete_on_commit => true);
@@ -78,14 +83,15 @@ is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || status, ', ' OR
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || reason, ', ') FROM idempo.review_queue}),
    'lost retention_expired', 'and the publisher\'s review');
 
-# What the subscriber answers, and what it refuses (25006: run it on the publisher).
+# What the subscriber answers, and what it refuses (25006: run it on the publisher); these
+# sessions use the real clock, not the sweeper's.
 sub refusal
 {
 	my ($sql) = @_;
-	my ($ret, $out, $err) = $sub->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	my ($ret, $out, $err) = $sub->psql('postgres', "SET idempo.clock_offset = 0;\n\\set VERBOSITY verbose\n$sql");
 	return $ret == 0 ? 'ok' : ($err =~ /ERROR:\s+(\w+): ([^\n]*)/ ? "$1: $2" : $err);
 }
-is($sub->safe_psql('postgres', q{SELECT outcome FROM idempo.claim('s', 'marker', '{"m":1}')}), 'replay',
+is($sub->safe_psql('postgres', q{SET idempo.clock_offset = 0; SELECT outcome FROM idempo.claim('s', 'marker', '{"m":1}')}), 'replay',
    'a claim that needs no write is answered from the replicated rows');
 is($sub->safe_psql('postgres', q{SELECT status FROM idempo.lookup('s', 'lost')}), 'in_review', 'lookup works');
 like(refusal(q{SELECT * FROM idempo.sweep()}),
@@ -114,6 +120,7 @@ like(refusal(q{SELECT idempo.resolve_conflict(id, 'dismissed', 'alice') FROM ide
 my $pub_host = $pub->host;
 my $pub_port = $pub->port;
 my ($ret, $out, $err) = $sub->psql('postgres', qq{
+SET idempo.clock_offset = 0;
 SELECT outcome FROM idempo.claim('s', 'marker');
 \\! psql -X -q -h '$pub_host' -p $pub_port -d postgres -c "SELECT name FROM idempo.disable_scope('s')" >/dev/null
 DO \$\$ BEGIN
