@@ -81,7 +81,7 @@ SELECT pg_temp.err($$SELECT idempo.complete('m', 'done', 1)$$);
 SELECT outcome FROM idempo.claim('m', 'given-up');
 SELECT idempo.fail('m', 'given-up', 1, 'out of stock', retryable => false);
 SELECT pg_temp.err($$SELECT idempo.fail('m', 'given-up', 1)$$);
-SELECT pg_temp.err($$SELECT idempo.verify('m', 'done', true)$$);
+SELECT pg_temp.err($$SELECT idempo.verify('m', 'done', 1, true)$$);
 SELECT pg_temp.err($$SELECT idempo.resolve('m', 'done', 'failed', 'alice')$$);
 SELECT pg_temp.err($$SELECT idempo.complete('m', 'lost-1', 1)$$);
 
