@@ -67,7 +67,7 @@ typedef struct ClaimArgs
 	TimestampTz intent_at;
 	bool		wait;
 	bool		complete_on_commit;
-	bool		read_only;		/* a read-only transaction, or a standby: answers only */
+	bool		read_only;		/* a read-only transaction, a standby or a subscriber: answers only */
 	TimestampTz now;
 	Oid			user;
 } ClaimArgs;
@@ -176,6 +176,8 @@ must_write(const ClaimArgs *a, const char *why)
 {
 	if (!a->read_only)
 		return;
+	/* a logical replication subscriber of idempo's records answers like this too */
+	idempo_refuse_on_subscriber(a->scope->name, a->key, why);
 	ereport(ERROR,
 			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 			 errmsg("cannot claim key \"%s\" in scope \"%s\" in a read-only transaction",
@@ -650,7 +652,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
 	a.now = idempo_now();
-	a.read_only = XactReadOnly;
+	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
 	if (reclaim_own(&ans, &a))
 		;
 	else if (a.read_only)

@@ -187,7 +187,7 @@ idempo_record_conflict(const IdempoConflict *c)
 	IdempoSpiSession session;
 
 	/* where the records are a publisher's, no conflict can be recorded here (replication.c) */
-	idempo_refuse_on_subscriber(c->scope, c->key);
+	idempo_refuse_on_subscriber(c->scope, c->key, NULL);
 	if (IsUnderPostmaster && record_in_worker(c, &id))
 		return id;
 

@@ -322,7 +322,7 @@ extern void idempo_install_utility_hook(void);
 
 extern const char *idempo_records_subscription(void);
 extern const char *idempo_scopes_subscription(void);
-extern void idempo_refuse_on_subscriber(const char *scope, const char *key);
+extern void idempo_refuse_on_subscriber(const char *scope, const char *key, const char *why);
 extern void idempo_refuse_sweep_on_subscriber(void);
 extern void idempo_refuse_scope_change_on_subscriber(void);
 

@@ -188,7 +188,7 @@ op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer ti
 		 */
 		if (op_row_read(scope, key, &existing, OP_READ_PLAIN))
 			return false;
-		idempo_refuse_on_subscriber(scope, key);
+		idempo_refuse_on_subscriber(scope, key, NULL);
 	}
 	switch (op_direct_insert(scope, key, r, tid))
 	{

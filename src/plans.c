@@ -303,13 +303,13 @@ check_write(IdempoPlanId id, Datum *values)
 		case WRITES_NOTHING:
 			return;
 		case WRITES_KEY_1:
-			idempo_refuse_on_subscriber(TextDatumGetCString(values[0]), TextDatumGetCString(values[1]));
+			idempo_refuse_on_subscriber(TextDatumGetCString(values[0]), TextDatumGetCString(values[1]), NULL);
 			return;
 		case WRITES_KEY_2:
-			idempo_refuse_on_subscriber(TextDatumGetCString(values[1]), TextDatumGetCString(values[2]));
+			idempo_refuse_on_subscriber(TextDatumGetCString(values[1]), TextDatumGetCString(values[2]), NULL);
 			return;
 		case WRITES_BATCH:
-			idempo_refuse_on_subscriber(NULL, NULL);
+			idempo_refuse_on_subscriber(NULL, NULL, NULL);
 			return;
 	}
 }

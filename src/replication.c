@@ -13,11 +13,14 @@
  * again.  So in such a database:
  *	 - the sweeper does not sweep (sweeper.c; idempo.workers() shows
  *	   'subscriber'), and idempo.sweep() refuses;
- *	 - every statement that would write a record refuses, before it runs:
- *	   the kept statements of plans.c that write, the new-key insertion of
- *	   op_row.c, and resolve_conflict() (through refuse_on_subscriber());
- *	   a claim that needs no write (a replay, busy, unknown, in_review) is
- *	   answered from the replicated rows, and lookup() and the views work.
+ *	 - a claim is answered as in a read-only transaction (claim.c): the
+ *	   answers that need no write (a replay, busy, unknown, in_review) come
+ *	   from the replicated rows, without a row lock or an audit event, and
+ *	   a claim that must write is refused, saying why;
+ *	 - every other statement that would write a record refuses, before it
+ *	   runs: the kept statements of plans.c that write, the new-key
+ *	   insertion of op_row.c, the conflict recorder, and resolve_conflict()
+ *	   (through refuse_on_subscriber()); lookup() and the views work.
  * Likewise, when idempo.scopes is in a subscription, the scopes are the
  * publisher's: create_scope() and the other changes refuse (the statement
  * trigger on idempo.scopes, scope_cache.c), and each call reads its scope
@@ -162,10 +165,11 @@ idempo_scopes_subscription(void)
 
 /*
  * Refuses a write to the record of (scope, key) if the records are the
- * publisher's.  key may be NULL (a batch of the sweep).
+ * publisher's.  key may be NULL (a batch of the sweep); why, if given, says
+ * why a claim must write.
  */
 void
-idempo_refuse_on_subscriber(const char *scope, const char *key)
+idempo_refuse_on_subscriber(const char *scope, const char *key, const char *why)
 {
 	const char *sub = idempo_records_subscription();
 
@@ -178,7 +182,8 @@ idempo_refuse_on_subscriber(const char *scope, const char *key)
 					key, scope, get_database_name(MyDatabaseId), sub) :
 			 errmsg("cannot write idempo's records: database \"%s\" receives them from subscription \"%s\"",
 					get_database_name(MyDatabaseId), sub),
-			 errdetail("Only the publisher writes idempo's records; a row written here would collide with the rows it sends, and their replication would stop."),
+			 errdetail("%s%sOnly the publisher writes idempo's records; a row written here would collide with the rows it sends, and their replication would stop.",
+					   why ? "The claim must write: " : "", why ? psprintf("%s. ", why) : ""),
 			 errhint("Run claims that must write (a new key, an expired lease, a review, a conflict, an audit event), complete, fail, verify, resolve and resolve_conflict on the publisher. Here, lookup(), the views and claims answered from the replicated rows (replay, busy, unknown, in_review) work.")));
 }
 
@@ -225,6 +230,6 @@ Datum
 idempo_refuse_on_subscriber_sql(PG_FUNCTION_ARGS)
 {
 	idempo_refuse_on_subscriber(PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0)),
-								PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)));
+								PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)), NULL);
 	PG_RETURN_VOID();
 }

@@ -32,6 +32,7 @@ $sub->start;
 $pub->safe_psql('postgres', q{
 CREATE EXTENSION idempo;
 SELECT idempo.create_scope('s', retention => '1 hour', lease => '1 minute');
+SELECT idempo.create_scope('audited', retention => '30 days', audit => true);
 CREATE PUBLICATION idempo_pub
     FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
 });
@@ -45,10 +46,11 @@ $sub->wait_for_subscription_sync($pub, 'idempo_sub');
 $pub->safe_psql('postgres', q{
 SELECT idempo.claim('s', 'lost');
 SELECT idempo.claim('s', 'done', '{"qty":1}', complete_on_commit => true);
+SELECT idempo.claim('audited', 'a-1', complete_on_commit => true);
 });
 $pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || status, ', ' ORDER BY key) FROM idempo.operations}),
-   'done succeeded, lost in_progress', 'the subscriber has the publisher\'s operations');
+   'a-1 succeeded, done succeeded, lost in_progress', 'the subscriber has the publisher\'s operations');
 
 # Ten rounds of the subscriber's sweeper, each after everything was overdue.
 $sub->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.workers() WHERE kind = 'sweeper'})
@@ -59,7 +61,7 @@ $sub->poll_query_until('postgres', qq{SELECT wakeups >= $wakeups + 10 FROM idemp
 is($sub->safe_psql('postgres', q{SELECT state FROM idempo.workers() WHERE kind = 'sweeper'}), 'subscriber',
    'the subscriber\'s sweeper says why it does not sweep');
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || status, ', ' ORDER BY key) FROM idempo.operations}),
-   'done succeeded, lost in_progress', 'the subscriber\'s sweeper changed no replicated row');
+   'a-1 succeeded, done succeeded, lost in_progress', 'the subscriber\'s sweeper changed no replicated row');
 is($sub->safe_psql('postgres', q{SELECT count(*) FROM idempo.reviews}), '0', 'and opened no review');
 ok($sub->log_contains(qr/idempo sweeper: database "postgres" receives idempo's records from subscription "idempo_sub": not sweeping it/),
    'the sweeper logged why');
@@ -79,9 +81,11 @@ is($sub->safe_psql('postgres', q{SELECT apply_error_count FROM pg_stat_subscript
    '0', 'the publisher\'s sweep applied on the subscriber without an error');
 ok(!$sub->log_contains(qr/duplicate key value violates unique constraint/), 'no duplicate key in the apply worker');
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || status, ', ' ORDER BY key) FROM idempo.operations}),
-   'lost in_review, marker succeeded', 'the subscriber shows the publisher\'s sweep');
+   'a-1 succeeded, lost in_review, marker succeeded', 'the subscriber shows the publisher\'s sweep');
 is($sub->safe_psql('postgres', q{SELECT string_agg(key || ' ' || reason, ', ') FROM idempo.review_queue}),
    'lost retention_expired', 'and the publisher\'s review');
+
+my ($ret, $out, $err);
 
 # What the subscriber answers, and what it refuses (25006: run it on the publisher); these
 # sessions use the real clock, not the sweeper's.
@@ -94,9 +98,15 @@ sub refusal
 is($sub->safe_psql('postgres', q{SET idempo.clock_offset = 0; SELECT outcome FROM idempo.claim('s', 'marker', '{"m":1}')}), 'replay',
    'a claim that needs no write is answered from the replicated rows');
 is($sub->safe_psql('postgres', q{SELECT status FROM idempo.lookup('s', 'lost')}), 'in_review', 'lookup works');
+is($sub->safe_psql('postgres', q{SET idempo.clock_offset = 0;
+    SELECT outcome || ' ' || (SELECT count(*) FROM idempo.events) FROM idempo.claim('audited', 'a-1')}),
+   'replay 1', 'a claim in an audit scope replays, without writing an event');
 like(refusal(q{SELECT * FROM idempo.sweep()}),
      qr/^25006: idempo.sweep\(\) cannot run in database "postgres": it receives idempo's records from subscription "idempo_sub"$/,
      'sweep() refuses');
+($ret, $out, $err) = $sub->psql('postgres', q{SELECT idempo.claim('s', 'new-key')});
+like($err, qr/DETAIL:  The claim must write: the key has no record yet\. Only the publisher writes idempo's records/,
+     'a refused claim says why it would write');
 like(refusal(q{SELECT idempo.claim('s', 'new-key')}),
      qr/^25006: cannot write the record of key "new-key" in scope "s": database "postgres" receives idempo's records from subscription "idempo_sub"$/,
      'a claim of a new key refuses');
@@ -119,7 +129,7 @@ like(refusal(q{SELECT idempo.resolve_conflict(id, 'dismissed', 'alice') FROM ide
 # for the replicated change, claims again.
 my $pub_host = $pub->host;
 my $pub_port = $pub->port;
-my ($ret, $out, $err) = $sub->psql('postgres', qq{
+($ret, $out, $err) = $sub->psql('postgres', qq{
 SET idempo.clock_offset = 0;
 SELECT outcome FROM idempo.claim('s', 'marker');
 \\! psql -X -q -h '$pub_host' -p $pub_port -d postgres -c "SELECT name FROM idempo.disable_scope('s')" >/dev/null
