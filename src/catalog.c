@@ -164,8 +164,11 @@ installed_version(void)
 	return version;
 }
 
-/* Refuses to run against SQL objects of a version this library does not know. */
-static void
+/*
+ * Refuses to run against SQL objects of a version this library does not
+ * know; returns the version's position in supported_versions.
+ */
+static int
 check_version(void)
 {
 	char	   *version = installed_version();
@@ -173,7 +176,7 @@ check_version(void)
 
 	for (i = 0; i < lengthof(supported_versions); i++)
 		if (version != NULL && strcmp(version, supported_versions[i]) == 0)
-			return;
+			return i;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("the idempo library does not support version %s of the extension installed in this database",
@@ -181,6 +184,7 @@ check_version(void)
 			 errdetail("This library supports versions %s to %s.", supported_versions[0],
 					   supported_versions[lengthof(supported_versions) - 1]),
 			 errhint("If that version is older, run ALTER EXTENSION idempo UPDATE in this database; if it is newer, install the idempo library of that version.")));
+	return -1;
 }
 
 /* The cached OIDs, looked up again if an invalidation arrived since. */
@@ -200,7 +204,8 @@ idempo_catalog(void)
 				(errcode(ERRCODE_UNDEFINED_SCHEMA),
 				 errmsg("schema \"idempo\" does not exist"),
 				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
-	check_version();
+	/* 0.3.0 knows an open conflict by both fingerprints (supported_versions[2]) */
+	fresh.open_conflict_by_stored = check_version() >= 2;
 	fresh.scopes_relid = relation_oid("scopes", fresh.namespace_oid);
 	fresh.operations_relid = relation_oid("operations", fresh.namespace_oid);
 

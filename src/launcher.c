@@ -205,7 +205,8 @@ idempo_launcher_main(Datum main_arg)
 	HASHCTL		ctl;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* a clean stop exits quietly (no FATAL in the log); exit code 0 also means: not restarted */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	idempo_launcher_register();
@@ -221,6 +222,8 @@ idempo_launcher_main(Datum main_arg)
 		bool		recheck;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		recheck = idempo_take_recheck_request();
 		if (ConfigReloadPending)
 		{

@@ -15,7 +15,12 @@
  * records come from a publisher by logical replication is not swept: the
  * sweeper looks each round, says so once, and waits (replication.c).  The
  * sweeper exits when the database no longer has the extension, is no longer
- * listed in idempo.databases, or on SIGTERM; postmaster death ends it.
+ * listed in idempo.databases, or, quietly, on SIGTERM; postmaster death
+ * ends it.
+ *
+ * It also records the conflicts that claims in its database hand it
+ * (conflict_queue.c): its latch is set for each, and it serves them before
+ * anything else, also while idempo.worker_enabled is off.
  *
  *-------------------------------------------------------------------------
  */
@@ -186,13 +191,16 @@ void
 idempo_sweeper_main(Datum main_arg)
 {
 	Oid			database_id = DatumGetObjectId(main_arg);
+	TimestampTz next_round = 0;	/* when to sweep next (0: now) */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* a clean stop: finish what is in hand, exit quietly (no FATAL in the log) */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(database_id, InvalidOid, 0);
 	if (!idempo_slot_register(database_id))
 		proc_exit(0);			/* another sweeper serves this database */
+	idempo_cq_sweeper_started();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "idempo sweeper round", ALLOCSET_SMALL_SIZES);
 	StartTransactionCommand();
@@ -202,34 +210,59 @@ idempo_sweeper_main(Datum main_arg)
 
 	for (;;)
 	{
-		RoundResult result = ROUND_DONE;
+		TimestampTz now;
+		TimestampTz wake;
+		TimestampTz conflict_retry;
+		long		timeout_ms;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!idempo_database_listed(dbname))
 				proc_exit(0);
+			next_round = 0;		/* a new interval or batch size applies from now */
 		}
-		if (idempo_worker_enabled && !RecoveryInProgress())
+
+		/* conflicts first: a claim is waiting for each (conflict_queue.c) */
+		conflict_retry = idempo_cq_serve();
+
+		now = GetCurrentTimestamp();
+		if (now >= next_round)
 		{
-			idempo_slot_report(WORKER_SWEEPING, false, 0);
-			result = sweep_round_guarded();
-			if (result == ROUND_NO_EXTENSION)
-				proc_exit(0);	/* the launcher looks again later */
+			RoundResult result = ROUND_DONE;
+
+			if (idempo_worker_enabled && !RecoveryInProgress())
+			{
+				idempo_slot_report(WORKER_SWEEPING, false, 0);
+				result = sweep_round_guarded();
+				if (result == ROUND_NO_EXTENSION)
+					proc_exit(0);	/* the launcher looks again later */
+			}
+			if (result == ROUND_FULL)
+			{
+				/* more may be due: go on at once, after the conflicts */
+				idempo_slot_report(WORKER_SWEEPING, true, 0);
+				continue;
+			}
+			next_round = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms);
+			idempo_slot_report(!idempo_worker_enabled ? WORKER_DISABLED :
+							   result == ROUND_SUBSCRIBER ? WORKER_SUBSCRIBER : WORKER_IDLE,
+							   idempo_worker_enabled && result != ROUND_FAILED && result != ROUND_SUBSCRIBER,
+							   next_round);
 		}
-		if (result == ROUND_FULL)
-		{
-			idempo_slot_report(WORKER_SWEEPING, true, 0);
-			continue;
-		}
-		idempo_slot_report(!idempo_worker_enabled ? WORKER_DISABLED :
-						   result == ROUND_SUBSCRIBER ? WORKER_SUBSCRIBER : WORKER_IDLE,
-						   idempo_worker_enabled && result != ROUND_FAILED && result != ROUND_SUBSCRIBER,
-						   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms));
+
+		/* sleep until the next round, a conflict that met a lock is due, or the latch is set */
+		wake = next_round;
+		if (conflict_retry != 0 && conflict_retry < wake)
+			wake = conflict_retry;
+		now = GetCurrentTimestamp();
+		timeout_ms = wake > now ? (long) ((wake - now + 999) / 1000) : 0;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 idempo_sweep_interval_ms, PG_WAIT_EXTENSION);
+						 timeout_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
