@@ -1,7 +1,7 @@
 -- DROP EXTENSION idempo would delete every processing record: it is refused while operations,
 -- open reviews or open conflicts exist, and so are DROP SCHEMA idempo CASCADE and DROP OWNED BY
 -- the extension's owner, unless a superuser sets idempo.allow_drop_with_records.
--- (test/tap/t/007_drop_guard.pl shows the same without the library preloaded.)
+-- (test/tap/t/011_drop_guard.pl shows the same without the library preloaded.)
 SET client_min_messages = warning;
 SET idempo.allow_drop_with_records = on;  -- the previous test leaves records
 DROP EXTENSION IF EXISTS idempo CASCADE;

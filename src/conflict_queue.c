@@ -49,33 +49,56 @@ slot_at(int i)
 
 /*
  * Publishes the request in seg: PENDING (the caller waits for the sweeper,
- * idempo_cq_wait) or RESERVED (handed over later, idempo_cq_hand_over).
- * Returns the slot, or -1 if every slot is taken.
+ * idempo_cq_wait; it also waits for a free slot, interruptibly) or RESERVED
+ * (handed over later, idempo_cq_hand_over; -1 if no slot is free).
+ * Returns the slot.
  */
 int
 idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
 {
-	int			slot = -1;
+	volatile int slot = -1;
 	int			i;
 
 	/* pinned before anyone can see it: the sweeper unpins it when it is done */
 	dsm_pin_segment(seg);
-	SpinLockAcquire(&idempo_shared->mutex);
-	for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
+	if (state == CQ_PENDING)
+		ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
+	for (;;)
 	{
-		IdempoConflictSlot *s = slot_at(i);
+		SpinLockAcquire(&idempo_shared->mutex);
+		for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
+		{
+			IdempoConflictSlot *s = slot_at(i);
 
-		if (s->state != CQ_FREE)
-			continue;
-		memset(s, 0, sizeof(*s));
-		s->state = state;
-		s->database_id = MyDatabaseId;
-		s->handle = dsm_segment_handle(seg);
-		s->waited_for = (state == CQ_PENDING);
-		slot = i;
-		break;
+			if (s->state != CQ_FREE)
+				continue;
+			memset(s, 0, sizeof(*s));
+			s->state = state;
+			s->database_id = MyDatabaseId;
+			s->handle = dsm_segment_handle(seg);
+			s->waited_for = (state == CQ_PENDING);
+			slot = i;
+			break;
+		}
+		SpinLockRelease(&idempo_shared->mutex);
+		if (slot >= 0 || state != CQ_PENDING)
+			break;
+		/* every slot is in use: wait until one is freed (a cancel unpins the segment below) */
+		PG_TRY();
+		{
+			(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
+											   PG_WAIT_EXTENSION);
+		}
+		PG_CATCH();
+		{
+			ConditionVariableCancelSleep();
+			dsm_unpin_segment(dsm_segment_handle(seg));
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 	}
-	SpinLockRelease(&idempo_shared->mutex);
+	if (state == CQ_PENDING)
+		ConditionVariableCancelSleep();
 	if (slot < 0)
 		dsm_unpin_segment(dsm_segment_handle(seg));
 	else if (state == CQ_PENDING)
@@ -106,7 +129,10 @@ withdraw_if_untaken(int slot)
 	}
 	SpinLockRelease(&idempo_shared->mutex);
 	if (withdrawn)
+	{
 		dsm_unpin_segment(handle);
+		ConditionVariableBroadcast(&idempo_shared->conflicts_cv);
+	}
 	return withdrawn;
 }
 
@@ -129,7 +155,10 @@ stop_waiting(int slot)
 		s->waited_for = false;
 	SpinLockRelease(&idempo_shared->mutex);
 	if (unpin)
+	{
 		dsm_unpin_segment(handle);
+		ConditionVariableBroadcast(&idempo_shared->conflicts_cv);
+	}
 }
 
 /*
@@ -166,6 +195,7 @@ idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id)
 			if (done)
 			{
 				dsm_unpin_segment(handle);
+				ConditionVariableBroadcast(&idempo_shared->conflicts_cv);	/* a free slot */
 				break;
 			}
 			if (withdraw_if_untaken(slot))
@@ -197,6 +227,7 @@ idempo_cq_withdraw(int slot)
 	s->state = CQ_FREE;
 	SpinLockRelease(&idempo_shared->mutex);
 	dsm_unpin_segment(handle);
+	ConditionVariableBroadcast(&idempo_shared->conflicts_cv);
 }
 
 /*

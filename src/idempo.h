@@ -280,7 +280,7 @@ typedef struct IdempoWorkerSlot
  * sweeper's own transaction (conflict_queue.c).  The request itself is in
  * a pinned dynamic shared memory segment.
  */
-#define IDEMPO_CONFLICT_SLOTS 64
+#define IDEMPO_CONFLICT_SLOTS 256
 
 typedef enum IdempoConflictSlotState
 {
@@ -338,6 +338,7 @@ extern uint64 idempo_extension_generation(void);
 extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at);
 extern void idempo_launcher_report_round(void);
 extern bool idempo_wake_sweeper(Oid database_id);
+extern bool idempo_sweeper_serving(Oid database_id);
 
 /* ---- guc.c ---- */
 

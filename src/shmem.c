@@ -230,6 +230,22 @@ idempo_sweeper_pid(Oid database_id)
 	return pid;
 }
 
+/* Whether a sweeper serves a database (it has found the extension there). */
+bool
+idempo_sweeper_serving(Oid database_id)
+{
+	bool		serving = false;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id &&
+			idempo_shared->slots[i].state != WORKER_STARTING)
+			serving = true;
+	SpinLockRelease(&idempo_shared->mutex);
+	return serving;
+}
+
 /* Wakes the sweeper of a database; false if it has none. */
 bool
 idempo_wake_sweeper(Oid database_id)

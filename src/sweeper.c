@@ -192,6 +192,7 @@ idempo_sweeper_main(Datum main_arg)
 {
 	Oid			database_id = DatumGetObjectId(main_arg);
 	TimestampTz next_round = 0;	/* when to sweep next (0: now) */
+	bool		has_extension;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* a clean stop: finish what is in hand, exit quietly (no FATAL in the log) */
@@ -205,7 +206,12 @@ idempo_sweeper_main(Datum main_arg)
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "idempo sweeper round", ALLOCSET_SMALL_SIZES);
 	StartTransactionCommand();
 	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(database_id));
+	has_extension = OidIsValid(get_extension_oid("idempo", true));
 	CommitTransactionCommand();
+	if (!has_extension)
+		proc_exit(0);			/* the launcher only looked: it looks again later */
+	/* from now on it serves the database (the launcher no longer counts it as a look) */
+	idempo_slot_report(WORKER_IDLE, false, 0);
 	SetConfigOption("application_name", "idempo sweeper", PGC_USERSET, PGC_S_SESSION);
 
 	for (;;)
