@@ -150,3 +150,56 @@ SELECT count(*) AS clear_keys_in_conflicts FROM idempo.conflicts WHERE key LIKE 
 
 -- lookup of a key that does not exist
 SELECT idempo.lookup('ship', 'no-such-key') IS NULL AS absent;
+
+-- A key this transaction acquired answers 'acquired' again, with the same attempt (it answered
+-- 'busy' before): a second claim in the owning transaction is not another worker.
+BEGIN;
+SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-20', '{"x":1}');
+SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-20', '{"x":1}');
+SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-20');
+-- (claim(...)).* calls claim once per column: every column from the same answer
+SELECT (idempo.claim('ship', 'order-20', '{"x":1}')).*  \gset r_
+SELECT :'r_outcome' AS outcome, :'r_status' AS status, :'r_attempt' AS attempt,
+       :'r_lease_expires_at' = lease_expires_at::text AS same_lease
+FROM idempo.lookup('ship', 'order-20');
+-- different parameters are still a conflict
+SELECT outcome, attempt FROM idempo.claim('ship', 'order-20', '{"x":2}');
+-- a rolled-back complete leaves the attempt held; once completed, a claim replays
+SAVEPOINT s;
+SELECT idempo.complete('ship', 'order-20', result => '{"n":20}');
+ROLLBACK TO SAVEPOINT s;
+SELECT outcome, attempt FROM idempo.claim('ship', 'order-20', '{"x":1}');
+SELECT idempo.complete('ship', 'order-20', result => '{"n":20}');
+SELECT outcome, status, result FROM idempo.claim('ship', 'order-20', '{"x":1}');
+COMMIT;
+-- the one-call form too, until it is completed or failed in the transaction
+BEGIN;
+SELECT outcome, attempt FROM idempo.claim('ship', 'order-21', complete_on_commit => true);
+SELECT outcome, attempt FROM idempo.claim('ship', 'order-21', complete_on_commit => true);
+SELECT idempo.fail('ship', 'order-21', error => 'no stock');
+SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-21');
+COMMIT;
+SELECT status, attempt FROM idempo.lookup('ship', 'order-21');
+
+-- Read-only transactions (and standbys): the answers that need no write are given, the others
+-- refused with 25006 and the reason (it was PostgreSQL's raw INSERT error before, even for a replay).
+BEGIN READ ONLY;
+SELECT outcome, status, result FROM idempo.claim('ship', 'order-20', '{"x":1}');
+SELECT status FROM idempo.lookup('ship', 'order-20');
+COMMIT;
+SELECT outcome FROM idempo.claim('ship', 'order-22', '{"x":1}');
+SELECT outcome FROM idempo.claim('ship', 'order-23', '{"x":1}');
+SELECT idempo.fail('ship', 'order-23', 1, 'timeout before sending');
+SET default_transaction_read_only = on;
+SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}');
+SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}', wait => false);
+SELECT idempo.claim('ship', 'order-new', '{"x":1}');
+SELECT idempo.claim('ship', 'order-22', '{"x":2}');
+SELECT idempo.claim('ship', 'order-23', '{"x":1}');
+SET idempo.clock_offset = '10min';
+SELECT idempo.claim('ship', 'order-22', '{"x":1}');
+RESET idempo.clock_offset;
+RESET default_transaction_read_only;
+-- nothing was written by the refused claims
+SELECT key, status, attempt FROM idempo.operations WHERE key IN ('order-22', 'order-23', 'order-new') ORDER BY key;
+SELECT count(*) AS conflicts_of_order_22 FROM idempo.conflicts WHERE key = 'order-22';

@@ -20,7 +20,7 @@ GRANT EXECUTE ON FUNCTION
     idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
     idempo.complete(text, text, integer, jsonb, text),
     idempo.fail(text, text, integer, text, boolean),
-    idempo.verify(text, text, boolean, text, jsonb),
+    idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.lookup(text, text)
 TO idempo_app;
 -- reviewer
@@ -104,7 +104,7 @@ RESET ROLE;
 -- allowed_role: EXECUTE is not enough, the role must be a member
 GRANT EXECUTE ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
     idempo.complete(text, text, integer, jsonb, text), idempo.fail(text, text, integer, text, boolean),
-    idempo.verify(text, text, boolean, text, jsonb) TO idempo_outsider;
+    idempo.verify(text, text, integer, boolean, text, jsonb) TO idempo_outsider;
 GRANT USAGE ON SCHEMA idempo TO idempo_outsider;
 SET ROLE idempo_app_member;
 SELECT outcome FROM idempo.claim('orders.app_only', 'm-1');
@@ -114,7 +114,7 @@ SELECT regress.err(stmt) AS outsider FROM (VALUES
     ($$SELECT idempo.claim('orders.app_only', 'm-2')$$),
     ($$SELECT idempo.complete('orders.app_only', 'm-1', 1)$$),
     ($$SELECT idempo.fail('orders.app_only', 'm-1', 1)$$),
-    ($$SELECT idempo.verify('orders.app_only', 'm-1', true)$$)
+    ($$SELECT idempo.verify('orders.app_only', 'm-1', 1, true)$$)
 ) AS t(stmt);
 SELECT outcome FROM idempo.claim('orders', 'outsider-in-open-scope');
 RESET ROLE;

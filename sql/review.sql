@@ -14,7 +14,7 @@ SELECT outcome, attempt FROM idempo.claim('wh', 'order-1', '{"qty":1}', run_id =
 SET idempo.clock_offset = '6min';
 SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-1', '{"qty":1}', run_id => 'run-2');
 -- the workflow looks the shipment up and finds it
-SELECT idempo.verify('wh', 'order-1', found => true, target_ref => 'SHP-501', result => '{"shipment":501}');
+SELECT idempo.verify('wh', 'order-1', attempt => 1, found => true, target_ref => 'SHP-501', result => '{"shipment":501}');
 -- a duplicate now replays with the target id
 SELECT outcome, status, attempt, result, target_ref FROM idempo.claim('wh', 'order-1', '{"qty":1}', run_id => 'run-3');
 RESET idempo.clock_offset;
@@ -24,21 +24,45 @@ SELECT outcome FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 SET idempo.clock_offset = '6min';
 SELECT outcome FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 \set VERBOSITY terse
-SELECT idempo.verify('wh', 'order-2', found => false);
+SELECT idempo.verify('wh', 'order-2', attempt => 1, found => false);
 \set VERBOSITY default
 SELECT outcome, status FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 -- after the settle window (10 minutes since the last attempt) an empty lookup counts
 SET idempo.clock_offset = '11min';
-SELECT idempo.verify('wh', 'order-2', found => false);
+SELECT idempo.verify('wh', 'order-2', 1, false);
 SELECT status, error FROM idempo.lookup('wh', 'order-2');
 SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 RESET idempo.clock_offset;
 
 -- verify refuses what is not unknown
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', 2, true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-1', 1, true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'nothing', 1, true)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', 2, NULL)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', NULL, true)$$);
+-- the form without the attempt (0.2.0) is refused with a hint, positional or named
 SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', true)$$);
-SELECT regress.err($$SELECT idempo.verify('wh', 'order-1', true)$$);
-SELECT regress.err($$SELECT idempo.verify('wh', 'nothing', true)$$);
-SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', NULL)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', found => false)$$);
+
+-- The fence.  Attempt 1's outcome is lost; observer B looks it up (nothing, settled) and frees
+-- the key; attempt 2 runs, does the work and dies before complete(), so it is unknown too.
+-- Observer A's lookup, made while attempt 1 was in doubt, arrives now: it says nothing about
+-- attempt 2 and is refused.  Before the fence it made the key retryable and attempt 3 ran the
+-- action a second time.
+SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+SET idempo.clock_offset = '11min';
+SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+SELECT idempo.verify('wh', 'order-5', attempt => 1, found => false);
+SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+SET idempo.clock_offset = '30min';
+SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-5', attempt => 1, found => false)$$);
+SELECT regress.err($$SELECT idempo.verify('wh', 'order-5', attempt => 3, found => false)$$);
+SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+-- attempt 2's own lookup decides
+SELECT idempo.verify('wh', 'order-5', attempt => 2, found => true, target_ref => 'SHP-505');
+SELECT outcome, status, attempt, target_ref FROM idempo.claim('wh', 'order-5', '{"qty":1}');
+RESET idempo.clock_offset;
 
 -- request_review: a person takes over; a running attempt can no longer finish
 SELECT idempo.request_review('wh', 'order-2', 'customer called: hold it') > 0 AS opened;

@@ -19,11 +19,18 @@
  *	  review; a lease that ran out makes the attempt 'unknown', or is
  *	  re-acquired in 'retry' scopes), then the fingerprint comparison
  *	  ('conflict', recorded durably by conflicts.c), then the status.
- * 3. wait => false must not wait for anyone.  A record that another running
- *	  transaction is inserting (or deleting) is seen at once in the primary
- *	  key (direct.c) and answers 'busy'.  Otherwise the same steps run in a
- *	  subtransaction with lock_timeout = 1ms, the record is read FOR UPDATE
- *	  SKIP LOCKED, and any lock wait ends the subtransaction with 'busy'.
+ * 3. wait => false must not wait for anyone, and 'busy' must mean that
+ *	  another transaction holds the key.  A lock on the whole table is
+ *	  refused at once (55P03, as NOWAIT does).  A record that another running
+ *	  transaction is inserting, updating or deleting is seen at once in the
+ *	  primary key (direct.c) and answers 'busy'.  Otherwise the same steps run
+ *	  in a subtransaction with a short lock_timeout, the record is read FOR
+ *	  UPDATE SKIP LOCKED; a lock wait cut short is 'busy' if the key turns
+ *	  out to be held, and otherwise (an extension lock, say) tried again.
+ * 4. A key this transaction acquired answers 'acquired' again.  In a
+ *	  read-only transaction or on a standby, only the answers that need no
+ *	  write are given (replay, busy, unknown, in_review); the others are
+ *	  refused with 25006, saying why the claim would write.
  *
  * No lock outlives these statements but the row's own, so a transaction can
  * claim any number of keys.  Every time is computed here and passed as a
@@ -36,8 +43,10 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -58,6 +67,7 @@ typedef struct ClaimArgs
 	TimestampTz intent_at;
 	bool		wait;
 	bool		complete_on_commit;
+	bool		read_only;		/* a read-only transaction, or a standby: answers only */
 	TimestampTz now;
 	Oid			user;
 } ClaimArgs;
@@ -157,8 +167,29 @@ stale_note(const ClaimArgs *a)
 }
 
 /*
- * The rules for an existing record (locked FOR UPDATE), in the spec's order.
- * Writes the record if it changes.
+ * In a read-only transaction (and on a standby) a claim gives the answers
+ * that need no write -- replay, busy, unknown, in_review -- and refuses the
+ * others here, before anything is written, saying why it would write.
+ */
+static void
+must_write(const ClaimArgs *a, const char *why)
+{
+	if (!a->read_only)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+			 errmsg("cannot claim key \"%s\" in scope \"%s\" in a read-only transaction",
+					a->key, a->scope->name),
+			 errdetail("The claim must write: %s.", why),
+			 RecoveryInProgress() ?
+			 errhint("This server is a standby: claim on the primary.") :
+			 errhint("Claim in a read-write transaction; a read-only one gets only the answers that need no write (replay, busy, unknown, in_review).")));
+}
+
+/*
+ * The rules for an existing record (locked FOR UPDATE, or only read in a
+ * read-only transaction), in the spec's order.  Writes the record if it
+ * changes.
  */
 static void
 decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
@@ -179,6 +210,8 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				/* the key starts afresh */
 				bool		stale = intent_is_stale(a);
 
+				must_write(a, "its finished record expired, so the key starts afresh");
+
 				row_new(r, a, stale);
 				ans->from_status = -1;
 				op_row_write(s->name, a->key, r);
@@ -196,10 +229,12 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				return;
 			}
 		case EXPIRY_REVIEW:
+			must_write(a, "its retention ran out unfinished, so it goes to review");
 			to_review(ans, a, "retention_expired", NULL);
 			changed = true;
 			break;
 		case EXPIRY_LEASE_UNKNOWN:
+			must_write(a, "its lease ran out, which makes the attempt unknown");
 			op_row_make_unknown(r, s);
 			changed = true;
 			break;
@@ -214,6 +249,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 	if (a->has_fingerprint && r->has_fingerprint &&
 		memcmp(a->fingerprint, r->fingerprint, IDEMPO_DIGEST_LEN) != 0)
 	{
+		must_write(a, "the request differs from the stored one, and the conflict must be recorded");
 		if (changed)
 			op_row_write(s->name, a->key, r);
 		ans->outcome = OUTCOME_CONFLICT;
@@ -226,6 +262,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 	/* 3. the status */
 	if (lease_over_retry || r->status == STATUS_RETRYABLE)
 	{
+		must_write(a, "it may be tried again, and the new attempt must be recorded");
 		if (s->max_attempts > 0 && r->attempt - r->attempt_base >= s->max_attempts)
 		{
 			to_review(ans, a, "attempts_exhausted",
@@ -263,6 +300,43 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		case NUM_STATUSES:
 			elog(ERROR, "unexpected status %d", (int) r->status);
 	}
+}
+
+/* The claim in a read-only transaction: no lock, no write (see must_write()). */
+static void
+claim_read_only(ClaimAnswer *ans, const ClaimArgs *a)
+{
+	if (!op_row_read(a->scope->name, a->key, &ans->row, OP_READ_PLAIN))
+		must_write(a, "the key has no record yet");
+	ans->has_row = true;
+	decide_existing(ans, a);
+}
+
+/*
+ * A key that this transaction acquired and has not finished yet: the same
+ * answer again, 'acquired' with the same attempt (a second claim is not
+ * another worker, and SELECT (claim(...)).* calls claim once per column).
+ * False if it does not apply: the usual rules decide, including a
+ * conflict when the request differs.
+ */
+static bool
+reclaim_own(ClaimAnswer *ans, const ClaimArgs *a)
+{
+	int32		attempt;
+	bool		on_commit;
+	OpRow	   *r = &ans->row;
+
+	if (!idempo_txn_holds(a->scope->name, a->key, &attempt, &on_commit) ||
+		!op_row_read(a->scope->name, a->key, r, OP_READ_PLAIN) ||
+		r->attempt != attempt ||
+		!(r->status == STATUS_IN_PROGRESS || (on_commit && r->status == STATUS_SUCCEEDED)) ||
+		(a->has_fingerprint && r->has_fingerprint &&
+		 memcmp(a->fingerprint, r->fingerprint, IDEMPO_DIGEST_LEN) != 0))
+		return false;
+	ans->has_row = true;
+	ans->from_status = r->status;
+	ans->outcome = OUTCOME_ACQUIRED;
+	return true;
 }
 
 /* The claim protocol (see the file header), inside an idempo SPI session. */
@@ -326,12 +400,14 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
 
 /*
  * claim_locked() for wait => false: in a subtransaction, with any lock wait
- * cut short.  Returns false (everything undone) if it would have had to wait.
+ * cut short after lock_timeout.  Returns false (everything undone) if it
+ * would have had to wait longer.
  */
 typedef struct ClaimCall
 {
 	ClaimAnswer *ans;
 	const ClaimArgs *a;
+	const char *lock_timeout;
 } ClaimCall;
 
 static void
@@ -340,18 +416,89 @@ claim_with_lock_timeout(void *arg)
 	ClaimCall  *call = arg;
 	int			nest = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", "1ms", PGC_USERSET, PGC_S_SESSION,
+	(void) set_config_option("lock_timeout", call->lock_timeout, PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	claim_locked(call->ans, call->a);
 	AtEOXact_GUC(true, nest);
 }
 
+/* Whether another transaction holds a lock on the key's record (read in a subtransaction undone after). */
+typedef struct RowLockProbe
+{
+	const ClaimArgs *a;
+	bool		locked;
+} RowLockProbe;
+
+static void
+probe_row_lock(void *arg)
+{
+	RowLockProbe *p = arg;
+	OpRow		r;
+
+	p->locked = !op_row_read(p->a->scope->name, p->a->key, &r, OP_READ_SKIP_LOCKED) &&
+		op_row_read(p->a->scope->name, p->a->key, &r, OP_READ_PLAIN);
+}
+
+static bool
+key_row_locked_elsewhere(const ClaimArgs *a)
+{
+	RowLockProbe p = {a, false};
+
+	idempo_in_undone_subxact(probe_row_lock, &p);
+	return p.locked;
+}
+
+/*
+ * wait => false.  'busy' must mean that another transaction holds this key:
+ * it is inserting, updating or deleting the record, or has it locked.  The
+ * claim runs with a short lock timeout, but a lock wait that is cut short
+ * may have been for something else (the table's extension lock under
+ * concurrent inserts, say); then the claim is tried again with a longer
+ * timeout.  Returns false for 'busy'.
+ */
 static bool
 claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 {
-	ClaimCall	call = {ans, a};
+	static const char *const timeouts[] = {"1ms", "10ms", "100ms", "1s"};
+	int			i;
 
-	return idempo_try_in_subxact(claim_with_lock_timeout, &call, ERRCODE_LOCK_NOT_AVAILABLE);
+	for (i = 0; i < lengthof(timeouts); i++)
+	{
+		ClaimCall	call = {ans, a, timeouts[i]};
+
+		if (op_key_in_flux(a->scope->name, a->key) == KEY_IN_FLUX)
+			return false;
+		if (idempo_try_in_subxact(claim_with_lock_timeout, &call, ERRCODE_LOCK_NOT_AVAILABLE))
+			return true;
+		memset(ans, 0, sizeof(*ans));
+		ans->from_status = -1;
+		/* where the probe cannot tell (Citus), any lock wait counts as the key's */
+		if (op_key_in_flux(a->scope->name, a->key) != KEY_QUIET || key_row_locked_elsewhere(a))
+			return false;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
+			 errdetail("Nobody holds the key, but a lock the claim needs stayed unavailable for over %s.",
+					   timeouts[lengthof(timeouts) - 1]),
+			 errhint("Retry the claim.")));
+	return false;
+}
+
+/*
+ * wait => false must not queue behind a lock on the whole table either
+ * (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK TABLE): that is not
+ * 'busy' (nobody holds the key), so it is refused at once, as NOWAIT does.
+ */
+static void
+lock_table_without_waiting(const ClaimArgs *a)
+{
+	if (!ConditionalLockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
+				 errdetail("Another session holds a lock on idempo.operations that conflicts with writing it, such as CREATE INDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE."),
+				 errhint("Retry later, or claim with wait => true to queue behind it.")));
 }
 
 static Datum
@@ -497,18 +644,28 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
 	a.now = idempo_now();
-	if (a.wait)
+	a.read_only = XactReadOnly;
+	if (reclaim_own(&ans, &a))
+		;
+	else if (a.read_only)
+		claim_read_only(&ans, &a);
+	else if (a.wait)
 		claim_locked(&ans, &a);
-	else if (op_direct_key_busy(a.scope->name, a.key) || !claim_without_waiting(&ans, &a))
+	else
 	{
-		/* another transaction is working on the key right now */
-		memset(&ans, 0, sizeof(ans));
-		ans.from_status = -1;
-		ans.outcome = OUTCOME_BUSY;
-		ans.has_row = op_row_read(a.scope->name, a.key, &ans.row, OP_READ_PLAIN);
+		lock_table_without_waiting(&a);
+		if (!claim_without_waiting(&ans, &a))
+		{
+			/* another transaction is working on the key right now */
+			memset(&ans, 0, sizeof(ans));
+			ans.from_status = -1;
+			ans.outcome = OUTCOME_BUSY;
+			ans.has_row = op_row_read(a.scope->name, a.key, &ans.row, OP_READ_PLAIN);
+		}
 	}
 
-	if (a.scope->audit)
+	/* the audit log is a table: a read-only transaction answers without it */
+	if (a.scope->audit && !a.read_only)
 		idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
 						 ans.has_row ? ans.row.attempt : -1, ans.from_status,
 						 ans.has_row ? (int) ans.row.status : -1, ans.outcome, "claim",

@@ -103,9 +103,12 @@ static struct
 	bool		valid;
 	Oid			relid;
 	bool		usable;			/* the direct path may be used */
+	bool		probe_usable;	/* a local heap with the primary key on (scope, key) */
 	int			natts;
 	int			attidx[NUM_OP_ATTRS];	/* 0-based position in the tuple */
 	Oid			pk_index;		/* the primary key, on (scope, key) */
+	List	   *arbiters;		/* what ON CONFLICT (scope, key) infers: the primary key and
+								 * every other valid unique index on exactly (scope, key) */
 	bool		other_unique;	/* another unique or exclusion index (or one being built) */
 }			layout;
 
@@ -119,13 +122,37 @@ direct_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
+ * Whether an index is one that ON CONFLICT (scope, key) infers as an
+ * arbiter (infer_arbiter_indexes): valid, unique, immediate, no predicate,
+ * no expressions, and on exactly the columns scope and key.
+ */
+static bool
+index_is_arbiter(Relation rel, Form_pg_index index, HeapTuple tuple)
+{
+	int			scope_att = layout.attidx[A_SCOPE] + 1;
+	int			key_att = layout.attidx[A_KEY] + 1;
+
+	if (!index->indisunique || !index->indisvalid || !index->indimmediate ||
+		index->indnkeyatts != 2 ||
+		!heap_attisnull(tuple, Anum_pg_index_indpred, NULL) ||
+		!heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
+		return false;
+	return (index->indkey.values[0] == scope_att && index->indkey.values[1] == key_att) ||
+		(index->indkey.values[0] == key_att && index->indkey.values[1] == scope_att);
+}
+
+/*
  * Reads the table's indexes into the layout; false unless the primary key
- * is (scope, key), in that order (the insert's arbiter and the busy probe
- * rely on it).  Also notes whether another index is unique or an exclusion
- * constraint: a user's, or the copy REINDEX CONCURRENTLY builds of the
- * primary key.  The insertion checks such an index without waiting for the
- * arbiter's verdict, so a key that exists would raise a unique violation
- * there instead of being reported: the insert must pre-check.
+ * is (scope, key), in that order (the busy probe relies on it).  The
+ * arbiters of the insert are the indexes ON CONFLICT (scope, key) infers:
+ * a user's extra unique index on (scope, key) is one, so that two first
+ * claims racing on it are decided as through SQL, not by a unique
+ * violation.  Also notes whether another index is unique or an exclusion
+ * constraint: a user's on other columns, or the copy REINDEX CONCURRENTLY
+ * builds of the primary key.  The insertion checks such an index without
+ * waiting for the arbiters' verdict, so a key that exists would raise a
+ * unique violation there instead of being reported: the insert must
+ * pre-check.
  */
 static bool
 indexes_as_expected(Relation rel)
@@ -133,9 +160,12 @@ indexes_as_expected(Relation rel)
 	List	   *indexes = RelationGetIndexList(rel);
 	ListCell   *lc;
 	bool		pk_ok = false;
+	MemoryContext old;
 
 	layout.pk_index = RelationGetPrimaryKeyIndex(rel, false);
 	layout.other_unique = false;
+	list_free(layout.arbiters);
+	layout.arbiters = NIL;
 	foreach(lc, indexes)
 	{
 		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
@@ -148,6 +178,12 @@ indexes_as_expected(Relation rel)
 			pk_ok = index->indnatts == 2 && index->indnkeyatts == 2 &&
 				index->indkey.values[0] == layout.attidx[A_SCOPE] + 1 &&
 				index->indkey.values[1] == layout.attidx[A_KEY] + 1;
+		if (index_is_arbiter(rel, index, tuple))
+		{
+			old = MemoryContextSwitchTo(TopMemoryContext);
+			layout.arbiters = lappend_oid(layout.arbiters, index->indexrelid);
+			MemoryContextSwitchTo(old);
+		}
 		else if (index->indisunique || index->indisexclusion)
 			layout.other_unique = true;
 		ReleaseSysCache(tuple);
@@ -156,7 +192,11 @@ indexes_as_expected(Relation rel)
 	return pk_ok;
 }
 
-/* Whether the table is as the extension created it; fills layout.attidx. */
+/*
+ * Whether the table is as the extension created it (fills layout.attidx
+ * and the indexes); sets layout.probe_usable when at least the busy probe
+ * may look at it.
+ */
 static bool
 table_is_plain(Relation rel)
 {
@@ -164,12 +204,10 @@ table_is_plain(Relation rel)
 	int			seen = 0;
 	int			i;
 
+	layout.probe_usable = false;
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relispartition ||
-		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		rel->trigdesc != NULL ||
-		rel->rd_rel->relhasrules ||
-		(desc->constr != NULL && desc->constr->num_check > 0))
+		rel->rd_rel->relam != HEAP_TABLE_AM_OID)
 		return false;
 
 	for (i = 0; i < desc->natts; i++)
@@ -191,21 +229,27 @@ table_is_plain(Relation rel)
 		seen++;
 	}
 	layout.natts = desc->natts;
-	return seen == NUM_OP_ATTRS && indexes_as_expected(rel);
+	if (seen != NUM_OP_ATTRS || !indexes_as_expected(rel))
+		return false;
+	layout.probe_usable = true;
+	return rel->trigdesc == NULL && !rel->rd_rel->relhasrules &&
+		(desc->constr == NULL || desc->constr->num_check == 0);
 }
 
 /*
- * Opens idempo.operations for a direct write; NULL if the direct path must
- * not be used (the caller then runs the SQL statement).
+ * Opens idempo.operations for a direct write (for_write) or for the busy
+ * probe; NULL if that must not be done here (the caller then runs the SQL
+ * statement, or cannot tell).
  */
 static Relation
-open_operations(void)
+open_operations(bool for_write)
 {
+	LOCKMODE	lockmode = for_write ? RowExclusiveLock : AccessShareLock;
 	Oid			relid;
 	Relation	rel;
 
 	/* a read-only transaction (or a standby): the SQL statement refuses with 25006 */
-	if (!idempo_direct_writes || XactReadOnly)
+	if (for_write && (!idempo_direct_writes || XactReadOnly))
 		return NULL;
 	if (!callback_registered)
 	{
@@ -213,20 +257,23 @@ open_operations(void)
 		callback_registered = true;
 	}
 	relid = idempo_catalog()->operations_relid;
-	if (layout.valid && layout.relid == relid && !layout.usable)
+	if (layout.valid && layout.relid == relid &&
+		!(for_write ? layout.usable : layout.probe_usable))
 		return NULL;
 
-	rel = table_open(relid, RowExclusiveLock);
+	rel = table_open(relid, lockmode);
 	if (!layout.valid || layout.relid != relid)
 	{
+		bool		citus = OidIsValid(get_extension_oid("citus", true));
+
 		layout.relid = relid;
-		layout.usable = table_is_plain(rel) &&
-			!OidIsValid(get_extension_oid("citus", true));
+		layout.usable = table_is_plain(rel) && !citus;
+		layout.probe_usable = layout.probe_usable && !citus;
 		layout.valid = true;
 	}
-	if (!layout.usable)
+	if (!(for_write ? layout.usable : layout.probe_usable))
 	{
-		table_close(rel, RowExclusiveLock);
+		table_close(rel, lockmode);
 		return NULL;
 	}
 	return rel;
@@ -406,7 +453,7 @@ optimism_learn(bool existed)
 OpDirectResult
 op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
 {
-	Relation	rel = open_operations();
+	Relation	rel = open_operations(true);
 	EState	   *estate;
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
@@ -416,7 +463,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 
 	if (rel == NULL)
 		return OP_DIRECT_UNAVAILABLE;
-	arbiters = list_make1_oid(layout.pk_index);
+	arbiters = list_copy(layout.arbiters);
 
 	rri = begin_index_work(rel, &estate);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
@@ -470,26 +517,28 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 }
 
 /*
- * Whether another transaction, still running, is inserting or deleting the
- * record of (scope, key): the case in which claim(wait => false) must answer
- * 'busy' and the SQL path would first have to try a lock and time out.
- * Looks, without waiting, at the primary key with a dirty snapshot.  False
- * also when it cannot tell (a row lock, or the direct path unavailable).
+ * Whether another transaction, still running, is inserting, updating or
+ * deleting the record of (scope, key): what claim(wait => false) answers
+ * 'busy' for (a row lock is found through SQL, see claim.c).  Looks,
+ * without waiting, at the primary key with a dirty snapshot, which reports
+ * a running inserter in xmin and a running updater or deleter in xmax.
+ * KEY_CANNOT_TELL where the table is not a local heap with that primary
+ * key (on Citus its rows live in shards).
  */
-bool
-op_direct_key_busy(const char *scope, const char *key)
+OpKeyState
+op_key_in_flux(const char *scope, const char *key)
 {
-	Relation	rel = open_operations();
+	Relation	rel = open_operations(false);
 	Relation	index;
 	SnapshotData dirty;
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	bool		busy = false;
+	OpKeyState	state = KEY_QUIET;
 	int			i;
 
 	if (rel == NULL)
-		return false;
+		return KEY_CANNOT_TELL;
 	index = index_open(layout.pk_index, AccessShareLock);
 	for (i = 0; i < 2; i++)
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
@@ -502,19 +551,18 @@ op_direct_key_busy(const char *scope, const char *key)
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		/* the dirty snapshot reports a running inserter in xmin, a running deleter in xmax */
 		if ((TransactionIdIsValid(dirty.xmin) && !TransactionIdIsCurrentTransactionId(dirty.xmin)) ||
 			(TransactionIdIsValid(dirty.xmax) && !TransactionIdIsCurrentTransactionId(dirty.xmax)))
 		{
-			busy = true;
+			state = KEY_IN_FLUX;
 			break;
 		}
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, AccessShareLock);
-	table_close(rel, RowExclusiveLock);
-	return busy;
+	table_close(rel, AccessShareLock);
+	return state;
 }
 
 static bool
@@ -535,7 +583,7 @@ text_equals(Datum d, const char *s)
 bool
 op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 {
-	Relation	rel = open_operations();
+	Relation	rel = open_operations(true);
 	TupleDesc	desc;
 	HeapTupleData tuple;
 	HeapTuple	old;

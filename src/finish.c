@@ -104,18 +104,7 @@ refuse(const FinishArgs *f, const char *verb)
 				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no such operation",
 						verb, f->key, f->scope->name),
 				 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
-	if (f->attempt < r.attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot %s key \"%s\" in scope \"%s\": attempt %d was superseded by attempt %d",
-						verb, f->key, f->scope->name, f->attempt, r.attempt),
-				 errhint("A newer attempt owns the operation; a late attempt must not overwrite it.")));
-	if (f->attempt != r.attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no attempt %d, the current one is %d",
-						verb, f->key, f->scope->name, f->attempt, r.attempt),
-				 errhint("Pass the attempt number idempo.claim() returned.")));
+	op_row_check_attempt(verb, f->scope->name, f->key, f->attempt, r.attempt);
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("cannot %s key \"%s\" in scope \"%s\": it is %s",
@@ -158,6 +147,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 
 	if (finish_directly(f, completed_at, expires_at))
 	{
+		idempo_txn_finished(f->scope->name, f->key, f->attempt);
 		idempo_spi_end(&session);
 		return idempo_status_datum(f->to);
 	}
@@ -189,6 +179,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 
 	if (idempo_spi_execute(PLAN_OP_FINISH, values, nulls, 0) != 1)
 		refuse(f, verb);
+	idempo_txn_finished(f->scope->name, f->key, f->attempt);
 
 	idempo_log_event(f->scope, f->key, NULL, f->attempt, from_status, f->to, -1, verb, now,
 					 session.save_userid);

@@ -157,6 +157,7 @@ extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls,
 
 /* subxact.c */
 extern bool idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected);
+extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
 /* ---- scope_cache.c: the scopes, cached per backend ---- */
 
@@ -208,6 +209,8 @@ extern void idempo_txn_remember(const char *scope, const char *key, int32 attemp
 extern bool idempo_txn_lookup(const char *scope, const char *key, int32 *attempt,
 							  bool *on_commit, ItemPointer tid);
 extern void idempo_txn_moved(const char *scope, const char *key, ItemPointer tid);
+extern bool idempo_txn_holds(const char *scope, const char *key, int32 *attempt, bool *on_commit);
+extern void idempo_txn_finished(const char *scope, const char *key, int32 attempt);
 extern void idempo_txn_register_callbacks(void);
 
 /* ---- sweep.c ---- */

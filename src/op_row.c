@@ -218,3 +218,27 @@ op_row_copy_out(OpRow *r)
 	r->error = copy_varlena(r->error);
 	r->params = (Jsonb *) DatumGetPointer(copy_varlena(PointerGetDatum(r->params)));
 }
+
+/*
+ * The fence of every call that reports on an attempt (complete, fail,
+ * verify): only the operation's current attempt may.  A superseded attempt
+ * is refused, so that a late writer cannot overwrite what a newer attempt
+ * did or decide for it.
+ */
+void
+op_row_check_attempt(const char *verb, const char *scope, const char *key, int32 given,
+					 int32 current)
+{
+	if (given < current)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot %s key \"%s\" in scope \"%s\": attempt %d was superseded by attempt %d",
+						verb, key, scope, given, current),
+				 errhint("A newer attempt owns the operation; a late attempt must not overwrite it.")));
+	if (given != current)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no attempt %d, the current one is %d",
+						verb, key, scope, given, current),
+				 errhint("Pass the attempt number idempo.claim() returned.")));
+}

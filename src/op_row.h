@@ -97,6 +97,8 @@ extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);
 extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
+extern void op_row_check_attempt(const char *verb, const char *scope, const char *key,
+								 int32 given, int32 current);
 
 /* expiry.c */
 typedef enum OpExpiry
@@ -138,6 +140,13 @@ typedef struct OpDirectFinish
 extern OpDirectResult op_direct_insert(const char *scope, const char *key, const OpRow *r,
 									   ItemPointer tid);
 extern bool op_direct_finish(const OpDirectFinish *f, ItemPointer tid);
-extern bool op_direct_key_busy(const char *scope, const char *key);
+typedef enum OpKeyState
+{
+	KEY_QUIET,					/* no other transaction is changing the record */
+	KEY_IN_FLUX,				/* another running transaction inserts, updates or deletes it */
+	KEY_CANNOT_TELL
+} OpKeyState;
+
+extern OpKeyState op_key_in_flux(const char *scope, const char *key);
 
 #endif							/* IDEMPO_OP_ROW_H */

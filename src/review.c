@@ -20,6 +20,8 @@
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(idempo_verify);
+PG_FUNCTION_INFO_V1(idempo_verify_attempt);
+PG_FUNCTION_INFO_V1(idempo_verify_without_attempt);
 PG_FUNCTION_INFO_V1(idempo_resolve);
 PG_FUNCTION_INFO_V1(idempo_request_review);
 
@@ -66,11 +68,13 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * idempo.verify(scope, key, found, target_ref, result) RETURNS idempo.status
+ * verify()'s work.  The arguments: scope 0, key 1, then the attempt (or -1
+ * for the 0.1/0.2 form without it), found, target_ref and result.
  */
-Datum
-idempo_verify(PG_FUNCTION_ARGS)
+static Datum
+verify(FunctionCallInfo fcinfo, int attempt_argno)
 {
+	int			found_argno = attempt_argno < 0 ? 2 : attempt_argno + 1;
 	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
 	IdempoSpiSession session;
 	const IdempoScope *s;
@@ -84,16 +88,29 @@ idempo_verify(PG_FUNCTION_ARGS)
 	s = idempo_scope_get(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
 	idempo_scope_check_use(s, key, session.save_userid);
-	if (PG_ARGISNULL(2))
+	if (attempt_argno >= 0 && PG_ARGISNULL(attempt_argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt must not be NULL (key \"%s\" in scope \"%s\")", key, s->name),
+				 errhint("Pass attempt => the attempt whose outcome you looked up: the attempt idempo.claim() returned with outcome 'unknown'.")));
+	if (PG_ARGISNULL(found_argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("found must not be NULL (key \"%s\" in scope \"%s\")", key, s->name),
 				 errhint("Pass found => true if the target system has the action, false if its lookup came back empty.")));
-	found = PG_GETARG_BOOL(2);
+	found = PG_GETARG_BOOL(found_argno);
 	now = idempo_now();
 	read_locked(s, key, &r, "verify");
 	from = r.status;
 	apply_lease_expiry(&r, s, now);
+
+	/*
+	 * The fence: a lookup says something about the attempt it was made for.
+	 * An empty lookup made while attempt N was in doubt says nothing about
+	 * attempt N+1, which may have done the work since.
+	 */
+	if (attempt_argno >= 0)
+		op_row_check_attempt("verify", s->name, key, PG_GETARG_INT32(attempt_argno), r.attempt);
 
 	if (r.status != STATUS_UNKNOWN)
 		ereport(ERROR,
@@ -111,8 +128,8 @@ idempo_verify(PG_FUNCTION_ARGS)
 	if (found)
 	{
 		set_finished(&r, s, STATUS_SUCCEEDED, now);
-		r.target_ref = text_arg(fcinfo, 3);
-		r.result = jsonb_arg(fcinfo, 4);
+		r.target_ref = text_arg(fcinfo, found_argno + 1);
+		r.result = jsonb_arg(fcinfo, found_argno + 2);
 		r.error = (Datum) 0;
 	}
 	else
@@ -138,6 +155,43 @@ idempo_verify(PG_FUNCTION_ARGS)
 					 found ? "verify found" : "verify not found", now, session.save_userid);
 	idempo_spi_end(&session);
 	PG_RETURN_DATUM(idempo_status_datum(r.status));
+}
+
+/*
+ * idempo.verify(scope, key, attempt, found, target_ref, result)
+ *	 RETURNS idempo.status
+ */
+Datum
+idempo_verify_attempt(PG_FUNCTION_ARGS)
+{
+	return verify(fcinfo, 2);
+}
+
+/*
+ * idempo.verify(scope, key, found, target_ref, result) of versions 0.1.0
+ * and 0.2.0 of the SQL objects, which have no other: unfenced, as it was.
+ * ALTER EXTENSION idempo UPDATE brings the fenced form.
+ */
+Datum
+idempo_verify(PG_FUNCTION_ARGS)
+{
+	return verify(fcinfo, -1);
+}
+
+/*
+ * The same signature from 0.3.0 on: refused, so that code written for the
+ * old form fails loudly instead of deciding about an attempt it did not
+ * name.
+ */
+Datum
+idempo_verify_without_attempt(PG_FUNCTION_ARGS)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_FUNCTION),
+			 errmsg("idempo.verify() needs the attempt its lookup was made for"),
+			 errdetail("A lookup made while one attempt was in doubt says nothing about a later attempt, which may have done the work since."),
+			 errhint("Call idempo.verify(scope, key, attempt => <the attempt idempo.claim() returned with outcome 'unknown'>, found => ...).")));
+	PG_RETURN_NULL();
 }
 
 /*

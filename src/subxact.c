@@ -5,7 +5,8 @@
  *	  expected error.
  *
  * claim(wait => false) tries the claim with a lock timeout (an expected
- * 55P03 means "busy"); the sweep opens a batch's reviews with a plain
+ * 55P03 means "maybe busy"), and looks whether the key's row is locked
+ * (SKIP LOCKED, in a subtransaction always undone); the sweep opens a batch's reviews with a plain
  * INSERT (an expected 23505 means "a review made by hand: redo it with ON
  * CONFLICT").  Both need the same care, that of PL/pgSQL's exception
  * blocks: whatever the error, our subtransaction is rolled back before
@@ -62,4 +63,39 @@ idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
 	}
 	PG_END_TRY();
 	return done;
+}
+
+/*
+ * Runs body(arg) in a subtransaction that is always rolled back: for a look
+ * that has to take locks (SELECT ... FOR UPDATE SKIP LOCKED) but must not
+ * keep them.  An error is re-thrown after the rollback.
+ */
+void
+idempo_in_undone_subxact(void (*body) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		body(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
 }

@@ -27,6 +27,7 @@ typedef struct TxnAttempt
 	bool		on_commit;
 	ItemPointerData tid;		/* where the record is, if this transaction wrote it directly */
 	SubTransactionId tid_subid;	/* the subtransaction that wrote it there */
+	SubTransactionId finished_subid;	/* the one that completed or failed it, or 0 */
 	struct TxnAttempt *outer;	/* what an enclosing subtransaction had remembered, if any */
 	char	   *scope;
 	char	   *key;
@@ -113,6 +114,7 @@ idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_c
 	else
 		ItemPointerSetInvalid(&a->tid);
 	a->tid_subid = a->subid;
+	a->finished_subid = InvalidSubTransactionId;
 }
 
 bool
@@ -128,6 +130,32 @@ idempo_txn_lookup(const char *scope, const char *key, int32 *attempt, bool *on_c
 	if (tid != NULL)
 		*tid = a->tid;
 	return true;
+}
+
+/*
+ * Whether this transaction acquired an attempt of (scope, key) that it has
+ * not completed or failed yet: a claim of it again answers the same.
+ */
+bool
+idempo_txn_holds(const char *scope, const char *key, int32 *attempt, bool *on_commit)
+{
+	TxnAttempt *a = find(scope, key, NULL, false);
+
+	if (a == NULL || a->finished_subid != InvalidSubTransactionId)
+		return false;
+	*attempt = a->attempt;
+	*on_commit = a->on_commit;
+	return true;
+}
+
+/* The attempt this transaction acquired was completed or failed (until a rollback of that). */
+void
+idempo_txn_finished(const char *scope, const char *key, int32 attempt)
+{
+	TxnAttempt *a = find(scope, key, NULL, false);
+
+	if (a != NULL && a->attempt == attempt && a->finished_subid == InvalidSubTransactionId)
+		a->finished_subid = GetCurrentSubTransactionId();
 }
 
 /*
@@ -213,6 +241,9 @@ subtxn_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId p
 					ItemPointerSetInvalid(&a->tid);
 				a->tid_subid = parentSubid;
 			}
+			if (a->finished_subid == mySubid)
+				a->finished_subid = event == SUBXACT_EVENT_ABORT_SUB ?
+					InvalidSubTransactionId : parentSubid;
 			link = &a->next;
 		}
 	}

@@ -6,3 +6,30 @@
 -- operators written OPERATOR(pg_catalog.x).
 
 \echo Use "ALTER EXTENSION idempo UPDATE" to load this file. \quit
+
+-- verify() names the attempt its lookup was made for and is refused for any other (a lookup made
+-- while attempt N was in doubt says nothing about attempt N+1).  The old form stays, refusing with
+-- a hint.  Roles granted EXECUTE on the old form need a GRANT on the new one (README, Upgrades).
+-- attempt: the attempt the lookup was made for (the one claim() answered 'unknown' with); any
+-- other is refused, as complete() and fail() refuse a superseded attempt.
+CREATE FUNCTION idempo.verify(
+    scope      text,
+    key        text,
+    attempt    integer,
+    found      boolean,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_verify_attempt'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE OR REPLACE FUNCTION idempo.verify(
+    scope      text,
+    key        text,
+    found      boolean,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_verify_without_attempt'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION idempo.verify(text, text, integer, boolean, text, jsonb) FROM PUBLIC;

@@ -225,6 +225,21 @@ CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempo_stored_key'
     LANGUAGE C STABLE PARALLEL RESTRICTED;
 
+-- attempt: the attempt the lookup was made for (the one claim() answered 'unknown' with); any
+-- other is refused, as complete() and fail() refuse a superseded attempt.
+CREATE FUNCTION idempo.verify(
+    scope      text,
+    key        text,
+    attempt    integer,
+    found      boolean,
+    target_ref text  DEFAULT NULL,
+    result     jsonb DEFAULT NULL)
+    RETURNS idempo.status
+    AS 'MODULE_PATHNAME', 'idempo_verify_attempt'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The form of 0.1.0 and 0.2.0, without the attempt: refused with a hint (code written for it
+-- fails loudly instead of deciding about an attempt it did not name).
 CREATE FUNCTION idempo.verify(
     scope      text,
     key        text,
@@ -232,7 +247,7 @@ CREATE FUNCTION idempo.verify(
     target_ref text  DEFAULT NULL,
     result     jsonb DEFAULT NULL)
     RETURNS idempo.status
-    AS 'MODULE_PATHNAME', 'idempo_verify'
+    AS 'MODULE_PATHNAME', 'idempo_verify_without_attempt'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION idempo.resolve(

@@ -128,8 +128,9 @@ class Runner:
         if outcome == 'unknown':
             # "I did not hear success" is not "it did not happen": look it up first
             found = self.look_up_shipment(ev)
-            status = one(self.orders, 'SELECT idempo.verify(%s, %s, %s, %s)::text',
-                         (ev.scope, ev.key, found is not None, str(found) if found else None))
+            # the lookup was made for this attempt: verify names it (a later attempt is fenced off)
+            status = one(self.orders, 'SELECT idempo.verify(%s, %s, %s, %s, %s)::text',
+                         (ev.scope, ev.key, attempt, found is not None, str(found) if found else None))
             return Outcome(f'verified ({status})', found,
                            'found in the warehouse' if found else 'lookup empty')
         # busy: another worker has it; conflict / in_review / stale: a person decides

@@ -119,7 +119,7 @@ BEGIN
                            coalesce(fuzz.bool(), random() < 0.95), coalesce(fuzz.bool(), random() < 0.95) AND random() < 0.3);
     WHEN 'complete' THEN PERFORM idempo.complete(fuzz.scope(), k, fuzz.int4(), fuzz.params(k), fuzz.txt());
     WHEN 'fail' THEN PERFORM idempo.fail(fuzz.scope(), k, fuzz.int4(), fuzz.txt(), fuzz.bool());
-    WHEN 'verify' THEN PERFORM idempo.verify(fuzz.scope(), k, fuzz.bool(), fuzz.txt(), fuzz.params(k));
+    WHEN 'verify' THEN PERFORM idempo.verify(fuzz.scope(), k, fuzz.int4(), fuzz.bool(), fuzz.txt(), fuzz.params(k));
     WHEN 'resolve' THEN PERFORM idempo.resolve(fuzz.scope(), k,
                                                fuzz.pick('succeeded', 'not_executed', 'failed', 'maybe', '', NULL),
                                                fuzz.txt(), fuzz.txt(), fuzz.params(k), fuzz.txt());

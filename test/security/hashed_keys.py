@@ -26,7 +26,7 @@ def main():
         ("SELECT idempo.complete('pii', %s, 2)", False),                 # not the attempt: refused
         ("SELECT idempo.complete('pii', %s, 1, '{\"ok\": true}', 'T-1')", True),
         ("SELECT outcome FROM idempo.claim('pii', %s, '{\"n\": 2}')", True),   # conflict
-        ("SELECT idempo.verify('pii', %s, true)", False),                # not unknown: refused
+        ("SELECT idempo.verify('pii', %s, 1, true)", False),                # not unknown: refused
         ("SELECT idempo.fail('pii', %s, 1, 'x', NULL)", False),          # NULL retryable: refused
         ("SELECT idempo.request_review('pii', %s, 'check')", True),
         ("SELECT idempo.resolve('pii', %s, 'bogus', 'rita')", False),    # unknown resolution

@@ -27,7 +27,29 @@ $primary->safe_psql('postgres', q{ALTER SYSTEM SET idempo.worker_enabled = off; 
 $primary->poll_query_until('postgres', q{SELECT bool_and(state = 'disabled') FROM idempo.workers() WHERE kind = 'sweeper'})
   or die 'primary worker not disabled';
 $primary->safe_psql('postgres', q{SELECT idempo.claim('s', 'unfinished')});
+$primary->safe_psql('postgres', q{
+SELECT idempo.create_scope('done', retention => '1 day', lease => '1 hour', audit => true);
+SELECT idempo.claim('done', 'shipped', '{"qty":1}');
+SELECT idempo.complete('done', 'shipped', 1, '{"shipment":7}', 'SHP-7');
+SELECT idempo.claim('done', 'running', '{"qty":1}');
+});
 $primary->wait_for_catchup($standby);
+
+# A hot standby answers what needs no write and refuses, with idempo's own error, what must write.
+is($standby->safe_psql('postgres', q{SELECT status || ' ' || target_ref FROM idempo.lookup('done', 'shipped')}),
+   'succeeded SHP-7', 'lookup works on the standby');
+is($standby->safe_psql('postgres', q{SELECT outcome || ' ' || result::text || ' ' || target_ref
+                                      FROM idempo.claim('done', 'shipped', '{"qty":1}')}),
+   'replay {"shipment": 7} SHP-7', 'a replay is answered on the standby');
+is($standby->safe_psql('postgres', q{SELECT outcome FROM idempo.claim('done', 'running', '{"qty":1}', wait => false)}),
+   'busy', 'busy is answered on the standby');
+my ($rc, $out, $err) = $standby->psql('postgres', q{\set VERBOSITY verbose
+SELECT idempo.claim('done', 'new-order', '{"qty":1}')});
+like($err, qr/25006: cannot claim key "new-order" in scope "done" in a read-only transaction.*DETAIL:  The claim must write: the key has no record yet.*HINT:  This server is a standby: claim on the primary/s,
+     'a new key is refused on the standby with 25006, the reason and a hint');
+($rc, $out, $err) = $standby->psql('postgres', q{SELECT idempo.claim('done', 'shipped', '{"qty":2}')});
+like($err, qr/cannot claim key "shipped" in scope "done" in a read-only transaction/,
+     'a conflict, which must be recorded, is refused on the standby');
 
 is($standby->safe_psql('postgres', q{SELECT pg_is_in_recovery()}), 't', 'the standby is in recovery');
 is($standby->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations WHERE key = 'unfinished'}), '1',
