@@ -2,6 +2,8 @@
 # repository) and cached per (PostgreSQL major, Citus version) under $IDEMPO_CACHE/citus, so
 # that a machine builds each once.  Sourced after common.sh; defines functions only.
 
+CITUS_RECIPE=2
+
 # The Citus release that supports each major (13.x is the last line for 15; 14.x is 16-18).
 citus_version_for() {
   case "$1" in
@@ -15,14 +17,15 @@ citus_version_for() {
 # Prints the reason (one line) on stdout and returns 1 when Citus cannot be had here (no source
 # tarball: the caller skips), 2 when it can but did not build or install (a failure).
 ensure_citus() {
-  local ver vendor tarball stage cached build sharedir out
+  local ver vendor tarball stage cached build sharedir out curl_opt
   ver=$(citus_version_for "$PG_MAJOR") || { echo "no Citus release supports PostgreSQL $PG_MAJOR"; return 1; }
   sharedir=$("$PGBIN/pg_config" --sharedir)
-  if grep -qs "default_version = '${ver%.*}" "$sharedir/extension/citus.control" &&
+  # the build steps below are recipe $CITUS_RECIPE: a change of them makes a new cache entry
+  cached=$IDEMPO_CACHE/citus/pg$PG_MAJOR-citus-$ver-r$CITUS_RECIPE.tar.gz
+  if [ "$(cat "$sharedir/extension/citus.idempo-build" 2>/dev/null)" = "${cached##*/}" ] &&
      [ -f "$("$PGBIN/pg_config" --pkglibdir)/citus.so" ]; then
     return 0
   fi
-  cached=$IDEMPO_CACHE/citus/pg$PG_MAJOR-citus-$ver.tar.gz
   if [ ! -s "$cached" ]; then
     vendor=$(find_vendor_dir) || { echo "no Citus source tarballs (IDEMPO_VENDOR_DIR, shared/vendor beside the clone, /work/shared/vendor)"; return 1; }
     tarball=$vendor/citus-$ver.tar.gz
@@ -40,10 +43,14 @@ ensure_citus() {
       grep -rl --include='*.[ch]' 'have_createdb_privilege' "$build/citus-$ver/src" \
         | xargs -r sed -i 's/\bhave_createdb_privilege\b/citus_have_createdb_privilege/g'
     fi
-    # without libcurl: no usage reports to the outside from a test cluster; unoptimized (the
-    # tests need its behaviour, not its speed, and it compiles in half the time)
+    # without libcurl where the server allows (no usage reports; test/citus/run also switches
+    # them off): a server built with libcurl (18) defines HAVE_LIBCURL for Citus's sources too,
+    # which then need it.  Unoptimized: the tests need Citus's behaviour, not its speed, and it
+    # compiles in half the time.
+    curl_opt=--without-libcurl
+    grep -qs '^#define HAVE_LIBCURL 1' "$("$PGBIN/pg_config" --includedir-server)/pg_config.h" && curl_opt=
     stage=$build/stage
-    out=$(cd "$build/citus-$ver" && { ./configure PG_CONFIG="$PGBIN/pg_config" --without-libcurl &&
+    out=$(cd "$build/citus-$ver" && { ./configure PG_CONFIG="$PGBIN/pg_config" $curl_opt &&
             make -j2 COPT='-O0 -g0' && make install DESTDIR="$stage"; } >"$build/build.log" 2>&1) \
       || { tail -30 "$build/build.log" >&2; echo "building Citus $ver failed (log: $build/build.log)"; return 2; }
     mkdir -p "$IDEMPO_CACHE/citus"
@@ -51,5 +58,6 @@ ensure_citus() {
     rm -rf "$build"
   fi
   tar -C / -xzf "$cached" || { echo "cannot install $cached"; return 2; }
+  echo "${cached##*/}" >"$sharedir/extension/citus.idempo-build"
   log "Citus $ver installed for PostgreSQL $PG_MAJOR (from $cached)"
 }

@@ -28,13 +28,16 @@ major_is_native() { [ "$(debian_release_of "$1")" = "$(host_release)" ]; }
 
 chroot_dir_of() { echo "$IDEMPO_CACHE/chroots/$(debian_release_of "$1")"; }
 
-# The packages a chroot starts with: the server, its headers and what test/run needs first;
-# the suites install the rest on demand (ensure_packages, inside the chroot), which the cached
-# chroot then keeps.
+# The packages a chroot starts with: the server, its headers and what the suites install on a
+# host (their ensure_packages lines), in one apt transaction; a suite installs anything missing
+# itself, and the cached chroot keeps it.
 chroot_base_packages() {
   local m=$1
-  echo postgresql-"$m" postgresql-server-dev-"$m" postgresql-"$m"-pgtap make gcc libc6-dev \
-    libipc-run-perl libtap-parser-sourcehandler-pgtap-perl python3 python3-psycopg ca-certificates
+  echo postgresql-"$m" postgresql-server-dev-"$m" postgresql-"$m"-pgtap postgresql-"$m"-cron \
+    make gcc libc6-dev procps util-linux ca-certificates curl \
+    libipc-run-perl libtap-parser-sourcehandler-pgtap-perl python3 python3-psycopg python3-yaml \
+    clang libclang-rt-dev nodejs npm prometheus-postgres-exporter gnuplot-nox \
+    libkrb5-dev libzstd-dev liblz4-dev libicu-dev libcurl4-openssl-dev
 }
 
 # ensure_chroot MAJOR: builds the chroot of the major's release unless it is cached (complete
@@ -143,7 +146,7 @@ find_vendor_dir() {
 }
 
 # Variables a developer may set that the run inside a chroot sees too.
-PASS_THROUGH_VARS="KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT UPGRADE_PORT"
+PASS_THROUGH_VARS="KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT EXPORTER_PORT UPGRADE_PORT"
 
 # run_major_in_chroot MAJOR RESULTS: test/run for MAJOR in its chroot, on a copy of this tree
 # (the clone may be unreadable there), one run per chroot at a time; RESULTS gets its rows.
@@ -231,4 +234,24 @@ prepare_old_major() {
   chroot "$newdir" "/usr/lib/postgresql/$old/bin/postgres" --version >/dev/null 2>&1 \
     || { echo "PostgreSQL $old's postgres does not run in the $(debian_release_of "$new") chroot"; return 1; }
   date -u +%FT%TZ >"$stamp"
+}
+
+# prepare_chroot_majors MAJOR...: for every major that runs in a chroot, what its run needs and
+# a fresh machine lacks -- the chroot, the previous major's server beside it -- one chroot at a
+# time under its lock (test/run does this while the host's major runs).
+prepare_chroot_majors() {
+  local m old dir why
+  for m in "$@"; do
+    major_is_native "$m" && continue
+    debian_release_of "$m" >/dev/null || continue
+    dir=$(chroot_dir_of "$m"); mkdir -p "$IDEMPO_CACHE/chroots"
+    (
+      flock 9
+      ensure_chroot "$m" || exit 1
+      if old=$(previous_major "$m"); then
+        why=$(prepare_old_major "$old" "$m") || log "PostgreSQL $old beside $m: $why"
+      fi
+      exit 0
+    ) 9>"$dir.lock"
+  done
 }
