@@ -151,8 +151,11 @@ installed_version(void)
 	return version;
 }
 
-/* Refuses to run against SQL objects of a version this library does not know. */
-static void
+/*
+ * Refuses to run against SQL objects of a version this library does not
+ * know; returns the version's position in supported_versions.
+ */
+static int
 check_version(void)
 {
 	char	   *version = installed_version();
@@ -160,7 +163,7 @@ check_version(void)
 
 	for (i = 0; i < lengthof(supported_versions); i++)
 		if (version != NULL && strcmp(version, supported_versions[i]) == 0)
-			return;
+			return i;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("the idempo library does not support version %s of the extension installed in this database",
@@ -168,6 +171,7 @@ check_version(void)
 			 errdetail("This library supports versions %s to %s.", supported_versions[0],
 					   supported_versions[lengthof(supported_versions) - 1]),
 			 errhint("If that version is older, run ALTER EXTENSION idempo UPDATE in this database; if it is newer, install the idempo library of that version.")));
+	return -1;
 }
 
 /* The cached OIDs, looked up again if an invalidation arrived since. */

@@ -456,6 +456,27 @@ key_row_locked_elsewhere(const ClaimArgs *a)
  * concurrent inserts, say); then the claim is tried again with a longer
  * timeout.  Returns false for 'busy'.
  */
+static void
+refuse_table_locked(const ClaimArgs *a)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
+			 errdetail("Another session holds a lock on idempo.operations or its primary key that conflicts with claiming, such as CREATE INDEX, REINDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE."),
+			 errhint("Retry later, or claim with wait => true to queue behind it.")));
+}
+
+/* The dirty-snapshot look at the key (direct.c); a locked primary key is refused as a locked table. */
+static OpKeyState
+key_state(const ClaimArgs *a)
+{
+	OpKeyState	state = op_key_in_flux(a->scope->name, a->key);
+
+	if (state == KEY_TABLE_LOCKED)
+		refuse_table_locked(a);
+	return state;
+}
+
 static bool
 claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 {
@@ -466,14 +487,14 @@ claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 	{
 		ClaimCall	call = {ans, a, timeouts[i]};
 
-		if (op_key_in_flux(a->scope->name, a->key) == KEY_IN_FLUX)
+		if (key_state(a) == KEY_IN_FLUX)
 			return false;
 		if (idempo_try_in_subxact(claim_with_lock_timeout, &call, ERRCODE_LOCK_NOT_AVAILABLE))
 			return true;
 		memset(ans, 0, sizeof(*ans));
 		ans->from_status = -1;
 		/* where the probe cannot tell (Citus), any lock wait counts as the key's */
-		if (op_key_in_flux(a->scope->name, a->key) != KEY_QUIET || key_row_locked_elsewhere(a))
+		if (key_state(a) != KEY_QUIET || key_row_locked_elsewhere(a))
 			return false;
 	}
 	ereport(ERROR,
@@ -494,11 +515,7 @@ static void
 lock_table_without_waiting(const ClaimArgs *a)
 {
 	if (!ConditionalLockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
-				 errdetail("Another session holds a lock on idempo.operations that conflicts with writing it, such as CREATE INDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE."),
-				 errhint("Retry later, or claim with wait => true to queue behind it.")));
+		refuse_table_locked(a);
 }
 
 static Datum

@@ -6,25 +6,27 @@
  *
  * A caller that gets outcome 'conflict' usually raises an error, which rolls
  * back its transaction.  The conflict must still reach a person, so it
- * cannot be written in the caller's transaction.  PostgreSQL has no
- * autonomous transactions; we get one by handing the row to a short-lived
- * dynamic background worker that connects to the same database as the
- * owner of idempo's tables, upserts the row into idempo.conflicts in its
- * own transaction, commits, and exits.  The claim waits for it (a few
- * milliseconds: conflicts are rare, and this is their path only).
- *
- * Limits, documented in README.md:
- *	- the worker needs a free slot in max_worker_processes, and the owner
- *	  must be able to log in; if it cannot run (or fails, e.g. on
- *	  lock_timeout), the row is written in the caller's transaction instead
- *	  and a WARNING says that it will vanish if that transaction rolls back;
- *	- the conflict row is committed before the caller's transaction ends, so
- *	  it can outlive a claim that itself never commits (that is the point);
- *	- lock_timeout bounds the worker's wait, so it cannot wait forever on a
- *	  lock that the waiting caller holds itself.
- *
- * The request travels in a dynamic shared memory segment; the worker writes
- * the new row's id back into it.
+ * cannot be written in the caller's transaction only.  PostgreSQL has no
+ * autonomous transactions; another process must commit the row.  In order:
+ *	1. the sweeper of the database (conflict_queue.c): it exists wherever
+ *	   the library is preloaded and the database is served, and needs no
+ *	   free worker slot; the claim waits for its commit;
+ *	2. where no sweeper serves the database, a short-lived background
+ *	   worker started for the conflict (it needs a free slot);
+ *	3. otherwise, when the row is locked by another transaction (a
+ *	   reviewer resolving the same conflict; the sweeper does not wait for
+ *	   it, so that its database's other conflicts and sweeps go on), or
+ *	   when the sweeper did not take the request within a second (it may
+ *	   queue behind a lock of this very transaction), the claim writes the
+ *	   row in its own transaction, where the deadlock detector sees any
+ *	   wait, and hands the row to the sweeper if that transaction or
+ *	   subtransaction rolls back (to the next sweeper, if none serves the
+ *	   database now).  Only without the library preloaded does a WARNING
+ *	   say that the conflict is kept only if the transaction commits.
+ * The conflict's id is drawn from the sequence first and travels with the
+ * request, so that the id the claim returns is the row's wherever it is
+ * written.  The row is upserted on the open conflict of the same stored
+ * and incoming fingerprints: a repeat counts there.
  *
  *-------------------------------------------------------------------------
  */
@@ -38,17 +40,23 @@
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "catalog/pg_index.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/snapmgr.h"
 
 PGDLLEXPORT void idempo_conflict_recorder_main(Datum main_arg);
 
 #define NO_OFFSET ((Size) -1)
+#define RECORD_LOCK_TIMEOUT "200ms"	/* the recorder does not queue behind a reviewer */
 
 typedef struct ConflictMessage
 {
 	Oid			database_id;
 	Oid			role_id;
+	int64		conflict_id;	/* drawn by the claim: the row's id if it is a new row */
 	TimestampTz detected_at;
 	uint8		stored_fingerprint[IDEMPO_DIGEST_LEN];
 	uint8		incoming_fingerprint[IDEMPO_DIGEST_LEN];
@@ -57,32 +65,73 @@ typedef struct ConflictMessage
 	Size		run_id_off;
 	Size		stored_params_off;
 	Size		incoming_params_off;
-	/* written by the worker */
+	/* written by a dynamic recorder worker */
 	bool		recorded;
-	int64		conflict_id;
+	bool		lock_timeout;
+	int64		recorded_id;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } ConflictMessage;
 
-/* Upserts the conflict row; returns its id.  Runs inside an idempo SPI session. */
-static int64
-insert_conflict_row(const IdempoConflict *c)
+/* A conflict this transaction wrote itself, to be handed to the sweeper if it rolls back. */
+typedef struct Handover
 {
-	Datum		values[8];
-	char		nulls[8];
-	bytea	   *stored = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
-	bytea	   *incoming = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
-	bool		isnull;
+	int			slot;
+	dsm_segment *seg;
+	SubTransactionId subid;
+} Handover;
 
-	SET_VARSIZE(stored, VARHDRSZ + IDEMPO_DIGEST_LEN);
-	memcpy(VARDATA(stored), c->stored_fingerprint, IDEMPO_DIGEST_LEN);
-	SET_VARSIZE(incoming, VARHDRSZ + IDEMPO_DIGEST_LEN);
-	memcpy(VARDATA(incoming), c->incoming_fingerprint, IDEMPO_DIGEST_LEN);
+static List *handovers = NIL;	/* of Handover, in TopMemoryContext */
+static bool handover_callbacks = false;
+
+static bytea *
+digest_bytea(const uint8 *digest)
+{
+	bytea	   *b = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
+
+	SET_VARSIZE(b, VARHDRSZ + IDEMPO_DIGEST_LEN);
+	memcpy(VARDATA(b), digest, IDEMPO_DIGEST_LEN);
+	return b;
+}
+
+/*
+ * Whether an open conflict is known by both fingerprints (0.3.0 on) or by
+ * the incoming one (0.1.0, 0.2.0): the arbiter index says, looked up on
+ * every conflict (they are rare), so that ALTER EXTENSION UPDATE applies
+ * at once in every session.
+ */
+static bool
+open_conflict_by_stored(void)
+{
+	Oid			index = get_relname_relid("conflicts_open_idx", idempo_catalog()->namespace_oid);
+	HeapTuple	tuple;
+	bool		by_stored = false;
+
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index));
+	if (HeapTupleIsValid(tuple))
+	{
+		by_stored = ((Form_pg_index) GETSTRUCT(tuple))->indnkeyatts == 4;
+		ReleaseSysCache(tuple);
+	}
+	return by_stored;
+}
+
+/*
+ * Upserts the conflict row (a new one gets conflict_id) and returns the id
+ * of the row it counted on.  Runs inside an idempo SPI session.  Objects of
+ * 0.1.0/0.2.0 know open conflicts by incoming fingerprint only.
+ */
+static int64
+insert_conflict_row(const IdempoConflict *c, int64 conflict_id)
+{
+	Datum		values[9];
+	char		nulls[9];
+	bool		isnull;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(c->scope);
 	values[1] = CStringGetTextDatum(c->key);
-	values[2] = PointerGetDatum(stored);
-	values[3] = PointerGetDatum(incoming);
+	values[2] = PointerGetDatum(digest_bytea(c->stored_fingerprint));
+	values[3] = PointerGetDatum(digest_bytea(c->incoming_fingerprint));
 	values[4] = PointerGetDatum(c->stored_params);
 	nulls[4] = c->stored_params ? ' ' : 'n';
 	values[5] = PointerGetDatum(c->incoming_params);
@@ -90,9 +139,27 @@ insert_conflict_row(const IdempoConflict *c)
 	values[6] = c->run_id ? CStringGetTextDatum(c->run_id) : (Datum) 0;
 	nulls[6] = c->run_id ? ' ' : 'n';
 	values[7] = TimestampTzGetDatum(c->detected_at);
-	if (idempo_spi_execute(PLAN_CONFLICT_RECORD, values, nulls, 0) != 1)
+	values[8] = Int64GetDatum(conflict_id);
+	if (idempo_spi_execute(open_conflict_by_stored() ? PLAN_CONFLICT_RECORD : PLAN_CONFLICT_RECORD_0_2,
+						   values, nulls, 0) != 1)
 		elog(ERROR, "recording a conflict returned no row");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* The id of a new conflict row, drawn now (sequences are not transactional). */
+static int64
+next_conflict_id(void)
+{
+	IdempoSpiSession session;
+	bool		isnull;
+	int64		id;
+
+	idempo_spi_begin(&session);
+	if (idempo_spi_execute(PLAN_CONFLICT_NEXT_ID, NULL, NULL, 1) != 1)
+		elog(ERROR, "drawing a conflict id returned no row");
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	idempo_spi_end(&session);
+	return id;
 }
 
 static Size
@@ -106,7 +173,7 @@ add_bytes(ConflictMessage *msg, Size *used, const void *data, Size len)
 }
 
 static ConflictMessage *
-message_build(const IdempoConflict *c, dsm_segment **seg_out)
+message_build(const IdempoConflict *c, int64 conflict_id, dsm_segment **seg_out)
 {
 	Size		scope_len = strlen(c->scope) + 1;
 	Size		key_len = strlen(c->key) + 1;
@@ -125,6 +192,7 @@ message_build(const IdempoConflict *c, dsm_segment **seg_out)
 	memset(msg, 0, offsetof(ConflictMessage, data));
 	msg->database_id = MyDatabaseId;
 	msg->role_id = idempo_catalog()->owner;
+	msg->conflict_id = conflict_id;
 	msg->detected_at = c->detected_at;
 	memcpy(msg->stored_fingerprint, c->stored_fingerprint, IDEMPO_DIGEST_LEN);
 	memcpy(msg->incoming_fingerprint, c->incoming_fingerprint, IDEMPO_DIGEST_LEN);
@@ -133,98 +201,22 @@ message_build(const IdempoConflict *c, dsm_segment **seg_out)
 	msg->run_id_off = c->run_id ? add_bytes(msg, &used, c->run_id, run_len) : NO_OFFSET;
 	msg->stored_params_off = c->stored_params ? add_bytes(msg, &used, c->stored_params, sp_len) : NO_OFFSET;
 	msg->incoming_params_off = c->incoming_params ? add_bytes(msg, &used, c->incoming_params, ip_len) : NO_OFFSET;
-	msg->recorded = false;
 	*seg_out = seg;
 	return msg;
 }
 
-/* Runs the recorder worker and waits for it; true if it committed the row. */
-static bool
-record_in_worker(const IdempoConflict *c, int64 *id_out)
-{
-	dsm_segment *seg;
-	ConflictMessage *msg;
-	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
-	BgwHandleStatus status;
-	bool		recorded = false;
-
-	msg = message_build(c, &seg);
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempo");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempo_conflict_recorder_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "idempo conflict recorder for PID %d", MyProcPid);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo conflict recorder");
-	worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
-	worker.bgw_notify_pid = MyProcPid;
-
-	if (RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		status = WaitForBackgroundWorkerShutdown(handle);
-		if (status == BGWH_STOPPED)
-		{
-			pg_read_barrier();
-			recorded = msg->recorded;
-			*id_out = msg->conflict_id;
-		}
-	}
-	dsm_detach(seg);
-	return recorded;
-}
-
 /*
- * Records a conflict durably (see the header comment); returns the id of
- * its row in idempo.conflicts.  Call outside an idempo SPI session.
+ * Records the request in seg in a transaction of this process's own (the
+ * sweeper, or a recorder worker), with a short lock timeout.  Never throws:
+ * a failure is logged (unless it was the lock) and reported.
  */
-int64
-idempo_record_conflict(const IdempoConflict *c)
-{
-	int64		id = 0;
-	IdempoSpiSession session;
-
-	if (IsUnderPostmaster && record_in_worker(c, &id))
-		return id;
-
-	ereport(WARNING,
-			(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
-					c->key, c->scope),
-			 errdetail("The conflict recorder background worker could not run or did not finish."),
-			 errhint("If this transaction rolls back, the conflict is not kept. Check max_worker_processes and the server log.")));
-	idempo_spi_begin(&session);
-	id = insert_conflict_row(c);
-	idempo_spi_end(&session);
-	return id;
-}
-
-/* Entry point of the recorder worker. */
 void
-idempo_conflict_recorder_main(Datum main_arg)
+idempo_record_conflict_request(dsm_segment *seg, bool *recorded, bool *lock_timeout,
+							   int64 *conflict_id)
 {
-	dsm_segment *seg;
-	ConflictMessage *msg;
+	ConflictMessage *msg = dsm_segment_address(seg);
+	MemoryContext cxt = CurrentMemoryContext;
 	IdempoConflict c;
-	IdempoSpiSession session;
-	int64		id;
-
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	seg = dsm_attach(DatumGetUInt32(main_arg));
-	if (seg == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idempo conflict recorder could not map its request")));
-	msg = dsm_segment_address(seg);
-
-	BackgroundWorkerInitializeConnectionByOid(msg->database_id, msg->role_id, 0);
-	/* never wait long: the backend that asked is waiting for us */
-	SetConfigOption("lock_timeout", "5s", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("statement_timeout", "10s", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 
 	c.scope = msg->data + msg->scope_off;
 	c.key = msg->data + msg->key_off;
@@ -237,20 +229,258 @@ idempo_conflict_recorder_main(Datum main_arg)
 		(Jsonb *) (msg->data + msg->incoming_params_off);
 	c.detected_at = msg->detected_at;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "idempo: recording a conflict");
-	idempo_spi_begin(&session);
-	id = insert_conflict_row(&c);
-	idempo_spi_end(&session);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
+	*recorded = false;
+	*lock_timeout = false;
+	PG_TRY();
+	{
+		IdempoSpiSession session;
 
-	msg->conflict_id = id;
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		/* never queue behind another transaction; the claim then writes it itself */
+		(void) set_config_option("lock_timeout", RECORD_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+		(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+		PushActiveSnapshot(GetTransactionSnapshot());
+		idempo_spi_begin(&session);
+		*conflict_id = insert_conflict_row(&c, msg->conflict_id);
+		idempo_spi_end(&session);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		*recorded = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		*lock_timeout = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+		if (!*lock_timeout)
+			ereport(LOG,
+					(errmsg("idempo could not record a conflict on key \"%s\" in scope \"%s\": %s",
+							c.key, c.scope, edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+}
+
+/* Hands the request to the sweeper of this database and waits; false if it did not record it. */
+static bool
+record_by_sweeper(const IdempoConflict *c, int64 conflict_id, bool *lock_timeout, int64 *id_out)
+{
+	dsm_segment *seg;
+	int			slot;
+	bool		recorded;
+
+	(void) message_build(c, conflict_id, &seg);
+	slot = idempo_cq_submit(seg, CQ_PENDING);
+	recorded = slot >= 0 && idempo_cq_wait(slot, lock_timeout, id_out);
+	dsm_detach(seg);
+	return recorded;
+}
+
+/* Runs a recorder worker for the conflict and waits for it; true if it committed the row. */
+static bool
+record_in_worker(const IdempoConflict *c, int64 conflict_id, bool *lock_timeout, int64 *id_out)
+{
+	dsm_segment *seg;
+	ConflictMessage *msg;
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	bool		recorded = false;
+
+	msg = message_build(c, conflict_id, &seg);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempo");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempo_conflict_recorder_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempo conflict recorder for PID %d", MyProcPid);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo conflict recorder");
+	worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(seg));
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (RegisterDynamicBackgroundWorker(&worker, &handle) &&
+		WaitForBackgroundWorkerShutdown(handle) == BGWH_STOPPED)
+	{
+		pg_read_barrier();
+		recorded = msg->recorded;
+		*lock_timeout = msg->lock_timeout;
+		*id_out = msg->recorded_id;
+	}
+	dsm_detach(seg);
+	return recorded;
+}
+
+static void
+handover_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+	bool		rolled_back;
+
+	if (handovers == NIL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PREPARE:
+			rolled_back = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			rolled_back = true;
+			break;
+		default:
+			return;
+	}
+	foreach(lc, handovers)
+	{
+		Handover   *h = lfirst(lc);
+
+		if (rolled_back)
+			idempo_cq_hand_over(h->slot);
+		else
+			idempo_cq_withdraw(h->slot);
+		dsm_detach(h->seg);
+	}
+	list_free_deep(handovers);
+	handovers = NIL;
+}
+
+static void
+handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	foreach(lc, handovers)
+	{
+		Handover   *h = lfirst(lc);
+
+		if (h->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			h->subid = parentSubid;
+		else
+		{
+			/* the row went with the subtransaction: the sweeper records it */
+			idempo_cq_hand_over(h->slot);
+			dsm_detach(h->seg);
+			handovers = foreach_delete_current(handovers, lc);
+			pfree(h);
+		}
+	}
+}
+
+/*
+ * After the claim wrote the conflict in its own transaction: reserves a
+ * slot so that the sweeper records it if this (sub)transaction rolls back.
+ * False if that cannot be arranged (no sweeper, no free slot).
+ */
+static bool
+reserve_handover(const IdempoConflict *c, int64 conflict_id)
+{
+	dsm_segment *seg;
+	int			slot;
+	MemoryContext old;
+	Handover   *h;
+
+	/* without a sweeper now, the request waits for the next one (the launcher starts it) */
+	if (!IsUnderPostmaster || idempo_shared == NULL)
+		return false;
+	if (!handover_callbacks)
+	{
+		RegisterXactCallback(handover_xact_callback, NULL);
+		RegisterSubXactCallback(handover_subxact_callback, NULL);
+		handover_callbacks = true;
+	}
+	(void) message_build(c, conflict_id, &seg);
+	slot = idempo_cq_submit(seg, CQ_RESERVED);
+	if (slot < 0)
+	{
+		dsm_detach(seg);
+		return false;
+	}
+	/* mapped until the transaction ends, whatever happens to resource owners */
+	dsm_pin_mapping(seg);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	h = palloc(sizeof(Handover));
+	h->slot = slot;
+	h->seg = seg;
+	h->subid = GetCurrentSubTransactionId();
+	handovers = lappend(handovers, h);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * Records a conflict durably (see the header comment); returns the id of
+ * its row in idempo.conflicts.  Call outside an idempo SPI session.
+ */
+int64
+idempo_record_conflict(const IdempoConflict *c)
+{
+	int64		conflict_id = next_conflict_id();
+	int64		id = 0;
+	bool		lock_timeout = false;
+	IdempoSpiSession session;
+
+	if (IsUnderPostmaster && idempo_shared != NULL && idempo_sweeper_pid(MyDatabaseId) != 0)
+	{
+		if (record_by_sweeper(c, conflict_id, &lock_timeout, &id))
+			return id;
+	}
+	else if (IsUnderPostmaster && record_in_worker(c, conflict_id, &lock_timeout, &id))
+		return id;
+
+	idempo_spi_begin(&session);
+	id = insert_conflict_row(c, conflict_id);
+	idempo_spi_end(&session);
+	if (!reserve_handover(c, id))
+		ereport(WARNING,
+				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
+						c->key, c->scope),
+				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
+				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
+	return id;
+}
+
+/* Entry point of a recorder worker (used where no sweeper serves the database). */
+void
+idempo_conflict_recorder_main(Datum main_arg)
+{
+	dsm_segment *seg;
+	ConflictMessage *msg;
+	bool		recorded;
+	bool		lock_timeout;
+	int64		id = 0;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (seg == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempo conflict recorder could not map its request")));
+	msg = dsm_segment_address(seg);
+
+	BackgroundWorkerInitializeConnectionByOid(msg->database_id, msg->role_id, 0);
+	idempo_record_conflict_request(seg, &recorded, &lock_timeout, &id);
+	msg->recorded_id = id;
+	msg->lock_timeout = lock_timeout;
 	pg_write_barrier();
-	msg->recorded = true;
+	msg->recorded = recorded;
 	dsm_detach(seg);
 	proc_exit(0);
 }

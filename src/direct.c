@@ -539,7 +539,13 @@ op_key_in_flux(const char *scope, const char *key)
 
 	if (rel == NULL)
 		return KEY_CANNOT_TELL;
-	index = index_open(layout.pk_index, AccessShareLock);
+	/* wait => false must not queue behind REINDEX, ALTER INDEX ... either */
+	if (!ConditionalLockRelationOid(layout.pk_index, AccessShareLock))
+	{
+		table_close(rel, AccessShareLock);
+		return KEY_TABLE_LOCKED;
+	}
+	index = index_open(layout.pk_index, NoLock);
 	for (i = 0; i < 2; i++)
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], F_TEXTEQ,

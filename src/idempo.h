@@ -138,6 +138,8 @@ typedef enum IdempoPlanId
 	PLAN_SWEEP_TO_REVIEW,
 	PLAN_SWEEP_SET,
 	PLAN_CONFLICT_RECORD,
+	PLAN_CONFLICT_RECORD_0_2,
+	PLAN_CONFLICT_NEXT_ID,
 	NUM_PLANS
 } IdempoPlanId;
 
@@ -232,6 +234,8 @@ extern void idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSwee
 /* ---- shmem.c: present only with shared_preload_libraries = 'idempo' ---- */
 
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/dsm.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 
@@ -263,7 +267,37 @@ typedef struct IdempoWorkerSlot
 	uint64		wakeups;		/* times it woke up, swept or not */
 	TimestampTz last_round_at;
 	TimestampTz next_round_at;
+	Latch	   *latch;			/* set to wake it (conflicts to record) */
 } IdempoWorkerSlot;
+
+/*
+ * A conflict handed to the sweeper of its database for recording in the
+ * sweeper's own transaction (conflict_queue.c).  The request itself is in
+ * a pinned dynamic shared memory segment.
+ */
+#define IDEMPO_CONFLICT_SLOTS 256
+
+typedef enum IdempoConflictSlotState
+{
+	CQ_FREE = 0,
+	CQ_RESERVED,				/* handed over only if the caller's (sub)transaction rolls back */
+	CQ_PENDING,					/* for the sweeper to record */
+	CQ_TAKEN,					/* the sweeper is recording it */
+	CQ_DONE						/* recorded or refused; the waiting claim collects it */
+} IdempoConflictSlotState;
+
+typedef struct IdempoConflictSlot
+{
+	IdempoConflictSlotState state;
+	Oid			database_id;
+	dsm_handle	handle;
+	bool		waited_for;		/* a claim waits for the answer (else the slot frees itself) */
+	pid_t		taken_by;		/* the sweeper recording it */
+	TimestampTz not_before;		/* PENDING: try again no sooner (it met a lock) */
+	bool		recorded;		/* DONE: the row is committed */
+	bool		lock_timeout;	/* DONE, not recorded: a lock was not granted in time */
+	int64		conflict_id;
+} IdempoConflictSlot;
 
 typedef struct IdempoShared
 {
@@ -278,6 +312,8 @@ typedef struct IdempoShared
 	TimestampTz held_until;
 	TimestampTz counters_reset_at;
 	pg_atomic_uint64 counters[NUM_COUNTERS];
+	ConditionVariable conflicts_cv;	/* broadcast when a conflict request is DONE */
+	IdempoConflictSlot conflict_slots[IDEMPO_CONFLICT_SLOTS];
 	int			nslots;
 	IdempoWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } IdempoShared;
@@ -296,6 +332,8 @@ extern bool idempo_take_recheck_request(void);
 extern uint64 idempo_extension_generation(void);
 extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at);
 extern void idempo_launcher_report_round(void);
+extern bool idempo_wake_sweeper(Oid database_id);
+extern bool idempo_sweeper_serving(Oid database_id);
 
 /* ---- guc.c ---- */
 
@@ -328,6 +366,18 @@ typedef struct IdempoConflict
 } IdempoConflict;
 
 extern int64 idempo_record_conflict(const IdempoConflict *conflict);
+extern void idempo_record_conflict_request(dsm_segment *seg, bool *recorded, bool *lock_timeout,
+										   int64 *conflict_id);
+
+/* ---- conflict_queue.c: conflicts recorded by the sweeper of their database ---- */
+
+extern int	idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state);
+extern bool idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id);
+extern void idempo_cq_withdraw(int slot);
+extern void idempo_cq_hand_over(int slot);
+extern void idempo_cq_sweeper_started(void);
+extern bool idempo_cq_pending(Oid database_id);
+extern TimestampTz idempo_cq_serve(void);
 
 /* ---- audit.c ---- */
 

@@ -52,6 +52,8 @@ typedef struct ServedDatabase
 	TimestampTz next_start;		/* do not start a sweeper before this */
 	uint64		started_generation;	/* extension_generation when it was started */
 	bool		seen;			/* still in pg_database and listed */
+	bool		has_idempo;		/* its running sweeper found the extension (else it is a probe) */
+	bool		known_idempo;	/* a sweeper found the extension here before: no probe needed */
 } ServedDatabase;
 
 static HTAB *served = NULL;
@@ -105,16 +107,25 @@ sweeper_running(ServedDatabase *db)
 	if (db->handle == NULL)
 		return false;
 	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
+	{
+		if (!db->has_idempo && idempo_sweeper_serving(db->database_id))
+			db->has_idempo = db->known_idempo = true;
 		return true;
-	/*
-	 * It stopped (no extension, unlisted, or told to): look again later, or
-	 * at once if CREATE EXTENSION ran since it started (it may have looked
-	 * just before the extension was there).
-	 */
+	}
 	pfree(db->handle);
 	db->handle = NULL;
-	db->next_start = idempo_extension_generation() != db->started_generation ? 0 :
+
+	/*
+	 * A sweeper that served the database stopped (terminated, stopped for
+	 * database DDL, or the extension was dropped): start one again at once;
+	 * it leaves at once if there is no idempo any more.  One that only
+	 * looked found no idempo: look again later, or at once if CREATE
+	 * EXTENSION ran since it started (it may have looked just before the
+	 * extension was there).
+	 */
+	db->next_start = (db->has_idempo || idempo_extension_generation() != db->started_generation) ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+	db->has_idempo = db->known_idempo = false;
 	return false;
 }
 
@@ -132,6 +143,7 @@ launcher_round(bool recheck_all)
 	List	   *start_names = NIL;
 	ListCell   *lc1,
 			   *lc2;
+	bool		probing = false;	/* a sweeper is looking whether its database has idempo */
 
 	hash_seq_init(&seq, served);
 	while ((db = hash_seq_search(&seq)) != NULL)
@@ -156,11 +168,18 @@ launcher_round(bool recheck_all)
 		{
 			db->handle = NULL;
 			db->next_start = 0;
+			db->has_idempo = false;
+			db->known_idempo = false;
 		}
 		db->seen = true;
 		if (sweeper_running(db))
+		{
+			if (!db->has_idempo)
+				probing = true;
 			continue;
-		if (recheck_all)
+		}
+		/* conflicts handed over wait for a sweeper of this database: start one now */
+		if (recheck_all || idempo_cq_pending(db->database_id))
 			db->next_start = 0;
 		if (now >= db->next_start && !idempo_database_held(db->database_id, now))
 		{
@@ -171,10 +190,21 @@ launcher_round(bool recheck_all)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 
-	/* start them outside the catalog scan */
+	/*
+	 * Start them outside the catalog scan.  A database whose sweeper has not
+	 * found idempo yet is only looked at: at most one such probe runs at a
+	 * time, so that looking at databases without idempo takes one worker
+	 * slot, not one per database (the launcher is woken when a probe ends).
+	 */
 	forboth(lc1, start_dbs, lc2, start_names)
 	{
 		db = (ServedDatabase *) lfirst(lc1);
+		if (!db->known_idempo)
+		{
+			if (probing)
+				continue;
+			probing = true;
+		}
 		if (!start_sweeper(db, (char *) lfirst(lc2)))
 		{
 			ereport(LOG,
@@ -205,7 +235,8 @@ idempo_launcher_main(Datum main_arg)
 	HASHCTL		ctl;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* a clean stop, without a FATAL in the log; exit code 1: the postmaster restarts it */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	idempo_launcher_register();
@@ -221,6 +252,8 @@ idempo_launcher_main(Datum main_arg)
 		bool		recheck;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(1);
 		recheck = idempo_take_recheck_request();
 		if (ConfigReloadPending)
 		{
@@ -233,8 +266,8 @@ idempo_launcher_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			recheck = true;
 		}
-		if (idempo_worker_enabled)
-			launcher_round(recheck);
+		/* also while sweeping is off: the sweepers then only record conflicts */
+		launcher_round(recheck);
 		idempo_launcher_report_round();
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

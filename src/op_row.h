@@ -144,6 +144,7 @@ typedef enum OpKeyState
 {
 	KEY_QUIET,					/* no other transaction is changing the record */
 	KEY_IN_FLUX,				/* another running transaction inserts, updates or deletes it */
+	KEY_TABLE_LOCKED,			/* the primary key is locked by DDL: cannot look without waiting */
 	KEY_CANNOT_TELL
 } OpKeyState;
 

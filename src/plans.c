@@ -39,7 +39,7 @@ typedef struct PlanDef
 {
 	const char *sql;
 	/*
-	 * one letter per parameter: t text, b bytea, i int4, T timestamptz, j jsonb, B bool,
+	 * one letter per parameter: t text, b bytea, i int4, l int8, T timestamptz, j jsonb, B bool,
 	 * and arrays: a text[], z timestamptz[], o bool[], c tid[]
 	 */
 	const char *args;
@@ -167,15 +167,35 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"UPDATE idempo.operations o " SWEEP_SET_REST,
 		"cazo"
 	},
+	/*
+	 * A repeat counts on the open conflict of the same stored and incoming
+	 * request; a new row takes the id the claim drew ($9).
+	 */
 	[PLAN_CONFLICT_RECORD] = {
-		"INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint, "
+		"INSERT INTO idempo.conflicts AS c (id, scope, key, stored_fingerprint, incoming_fingerprint, "
 		"stored_params, incoming_params, run_id, first_detected_at, last_detected_at) "
-		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) "
+		"VALUES ($9, $1, $2, $3, $4, $5, $6, $7, $8, $8) "
+		"ON CONFLICT (scope, key, stored_fingerprint, incoming_fingerprint) WHERE resolved_at IS NULL "
+		"DO UPDATE SET "
+		"last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at), "
+		"occurrences = c.occurrences OPERATOR(pg_catalog.+) 1, run_id = excluded.run_id "
+		"RETURNING id",
+		"ttbbjjtTl"
+	},
+	/* the same for objects of 0.1.0 and 0.2.0, which know open conflicts by the incoming request */
+	[PLAN_CONFLICT_RECORD_0_2] = {
+		"INSERT INTO idempo.conflicts AS c (id, scope, key, stored_fingerprint, incoming_fingerprint, "
+		"stored_params, incoming_params, run_id, first_detected_at, last_detected_at) "
+		"VALUES ($9, $1, $2, $3, $4, $5, $6, $7, $8, $8) "
 		"ON CONFLICT (scope, key, incoming_fingerprint) WHERE resolved_at IS NULL DO UPDATE SET "
 		"last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at), "
 		"occurrences = c.occurrences OPERATOR(pg_catalog.+) 1, run_id = excluded.run_id "
 		"RETURNING id",
-		"ttbbjjtT"
+		"ttbbjjtTl"
+	},
+	[PLAN_CONFLICT_NEXT_ID] = {
+		"SELECT pg_catalog.nextval('idempo.conflicts_id_seq'::pg_catalog.regclass)",
+		""
 	},
 };
 
@@ -192,6 +212,8 @@ plan_arg_type(char c)
 			return BYTEAOID;
 		case 'i':
 			return INT4OID;
+		case 'l':
+			return INT8OID;
 		case 'T':
 			return TIMESTAMPTZOID;
 		case 'j':

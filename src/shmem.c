@@ -88,6 +88,7 @@ idempo_shmem_startup(void)
 	{
 		memset(idempo_shared, 0, shared_size());
 		SpinLockInit(&idempo_shared->mutex);
+		ConditionVariableInit(&idempo_shared->conflicts_cv);
 		for (i = 0; i < NUM_COUNTERS; i++)
 			pg_atomic_init_u64(&idempo_shared->counters[i], 0);
 		idempo_shared->counters_reset_at = GetCurrentTimestamp();
@@ -171,6 +172,7 @@ idempo_slot_register(Oid database_id)
 		slot->pid = MyProcPid;
 		slot->database_id = database_id;
 		slot->state = WORKER_STARTING;
+		slot->latch = &MyProc->procLatch;
 	}
 	SpinLockRelease(&idempo_shared->mutex);
 	if (free_slot < 0)
@@ -226,6 +228,39 @@ idempo_sweeper_pid(Oid database_id)
 			pid = idempo_shared->slots[i].pid;
 	SpinLockRelease(&idempo_shared->mutex);
 	return pid;
+}
+
+/* Whether a sweeper serves a database (it has found the extension there). */
+bool
+idempo_sweeper_serving(Oid database_id)
+{
+	bool		serving = false;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id &&
+			idempo_shared->slots[i].state != WORKER_STARTING)
+			serving = true;
+	SpinLockRelease(&idempo_shared->mutex);
+	return serving;
+}
+
+/* Wakes the sweeper of a database; false if it has none. */
+bool
+idempo_wake_sweeper(Oid database_id)
+{
+	Latch	   *latch = NULL;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			latch = idempo_shared->slots[i].latch;
+	SpinLockRelease(&idempo_shared->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+	return latch != NULL;
 }
 
 /* Asks the launcher not to start a sweeper for a database before "until". */

@@ -13,7 +13,12 @@
  * logged, counted and survived.  What a round moved is logged per scope at
  * LOG after it committed; an empty round is silent.  The sweeper exits when
  * the database no longer has the extension, is no longer listed in
- * idempo.databases, or on SIGTERM; postmaster death ends it.
+ * idempo.databases, or on SIGTERM (quietly when idle, after recording the
+ * conflicts in hand); postmaster death ends it.
+ *
+ * It also records the conflicts that claims in its database hand it
+ * (conflict_queue.c): its latch is set for each, and it serves them before
+ * anything else, also while idempo.worker_enabled is off.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +57,31 @@ typedef struct ScopeMoves
 } ScopeMoves;
 
 static char *dbname = NULL;		/* of the database this sweeper serves */
+static volatile sig_atomic_t working = false;	/* in a transaction: SIGTERM must interrupt it */
+
+/*
+ * SIGTERM: while the sweeper works in a transaction, as die() (a lock wait
+ * or a wait for a synchronous standby must end); while it is idle, a quiet
+ * exit at the top of the loop, after the conflicts in hand are recorded.
+ */
+static void
+sweeper_sigterm(SIGNAL_ARGS)
+{
+	if (working)
+		die(postgres_signal_arg);
+	else
+		SignalHandlerForShutdownRequest(postgres_signal_arg);
+}
+
+/* Records what claims handed over, then leaves: they must not wait for the next sweeper. */
+static void
+sweeper_exit(void)
+{
+	working = true;
+	(void) idempo_cq_serve();
+	working = false;
+	proc_exit(0);
+}
 static List *round_moves = NIL;	/* ScopeMoves of the current round, in round_cxt */
 static MemoryContext round_cxt = NULL;
 
@@ -151,49 +181,86 @@ void
 idempo_sweeper_main(Datum main_arg)
 {
 	Oid			database_id = DatumGetObjectId(main_arg);
+	TimestampTz next_round = 0;	/* when to sweep next (0: now) */
+	bool		has_extension;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, sweeper_sigterm);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(database_id, InvalidOid, 0);
 	if (!idempo_slot_register(database_id))
 		proc_exit(0);			/* another sweeper serves this database */
+	idempo_cq_sweeper_started();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "idempo sweeper round", ALLOCSET_SMALL_SIZES);
 	StartTransactionCommand();
 	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(database_id));
+	has_extension = OidIsValid(get_extension_oid("idempo", true));
 	CommitTransactionCommand();
+	if (!has_extension)
+		proc_exit(0);			/* the launcher only looked: it looks again later */
+	/* from now on it serves the database (the launcher no longer counts it as a look) */
+	idempo_slot_report(WORKER_IDLE, false, 0);
+	idempo_wake_launcher();		/* it may look at the next database now */
 	SetConfigOption("application_name", "idempo sweeper", PGC_USERSET, PGC_S_SESSION);
 
 	for (;;)
 	{
-		RoundResult result = ROUND_DONE;
+		TimestampTz now;
+		TimestampTz wake;
+		TimestampTz conflict_retry;
+		long		timeout_ms;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			sweeper_exit();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!idempo_database_listed(dbname))
-				proc_exit(0);
+				sweeper_exit();
+			next_round = 0;		/* a new interval or batch size applies from now */
 		}
-		if (idempo_worker_enabled && !RecoveryInProgress())
+
+		/* conflicts first: a claim is waiting for each (conflict_queue.c) */
+		working = true;
+		conflict_retry = idempo_cq_serve();
+		working = false;
+
+		now = GetCurrentTimestamp();
+		if (now >= next_round)
 		{
-			idempo_slot_report(WORKER_SWEEPING, false, 0);
-			result = sweep_round_guarded();
-			if (result == ROUND_NO_EXTENSION)
-				proc_exit(0);	/* the launcher looks again later */
+			RoundResult result = ROUND_DONE;
+
+			if (idempo_worker_enabled && !RecoveryInProgress())
+			{
+				idempo_slot_report(WORKER_SWEEPING, false, 0);
+				working = true;
+				result = sweep_round_guarded();
+				working = false;
+				if (result == ROUND_NO_EXTENSION)
+					proc_exit(0);	/* the launcher looks again later */
+			}
+			if (result == ROUND_FULL)
+			{
+				/* more may be due: go on at once, after the conflicts */
+				idempo_slot_report(WORKER_SWEEPING, true, 0);
+				continue;
+			}
+			next_round = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms);
+			idempo_slot_report(idempo_worker_enabled ? WORKER_IDLE : WORKER_DISABLED,
+							   idempo_worker_enabled && result != ROUND_FAILED, next_round);
 		}
-		if (result == ROUND_FULL)
-		{
-			idempo_slot_report(WORKER_SWEEPING, true, 0);
-			continue;
-		}
-		idempo_slot_report(idempo_worker_enabled ? WORKER_IDLE : WORKER_DISABLED,
-						   idempo_worker_enabled && result != ROUND_FAILED,
-						   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms));
+
+		/* sleep until the next round, a conflict that met a lock is due, or the latch is set */
+		wake = next_round;
+		if (conflict_retry != 0 && conflict_retry < wake)
+			wake = conflict_retry;
+		now = GetCurrentTimestamp();
+		timeout_ms = wake > now ? (long) ((wake - now + 999) / 1000) : 0;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 idempo_sweep_interval_ms, PG_WAIT_EXTENSION);
+						 timeout_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

@@ -33,3 +33,11 @@ CREATE OR REPLACE FUNCTION idempo.verify(
     AS 'MODULE_PATHNAME', 'idempo_verify_without_attempt'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION idempo.verify(text, text, integer, boolean, text, jsonb) FROM PUBLIC;
+
+-- An open conflict is one stored request against one incoming request: a later lifetime of the key
+-- (another stored request) is another conflict, instead of counting on a row that shows the stored
+-- parameters of the earlier one.  Existing open rows stay unique under the wider key.
+DROP INDEX idempo.conflicts_open_idx;
+CREATE UNIQUE INDEX conflicts_open_idx
+    ON idempo.conflicts (scope, key, stored_fingerprint, incoming_fingerprint)
+    WHERE resolved_at IS NULL;

@@ -117,8 +117,11 @@ CREATE TABLE idempo.conflicts (
     PRIMARY KEY (id, key)
 );
 ALTER SEQUENCE idempo.conflicts_id_seq OWNED BY idempo.conflicts.id;
--- Repeats of one incoming fingerprint are counted on the open row, not duplicated.
-CREATE UNIQUE INDEX conflicts_open_idx ON idempo.conflicts (scope, key, incoming_fingerprint)
+-- Repeats of one incoming request against one stored request are counted on the open row, not
+-- duplicated.  (The stored fingerprint is part of it: a later lifetime of the key, with another
+-- stored request, is another conflict, with its own stored parameters.)
+CREATE UNIQUE INDEX conflicts_open_idx
+    ON idempo.conflicts (scope, key, stored_fingerprint, incoming_fingerprint)
     WHERE resolved_at IS NULL;
 COMMENT ON TABLE idempo.conflicts IS 'Requests that reused a key with different parameters.';
 
