@@ -41,6 +41,8 @@
 
 #include "postgres.h"
 
+#include "compat.h"
+
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
