@@ -67,7 +67,7 @@ typedef struct ClaimArgs
 	TimestampTz intent_at;
 	bool		wait;
 	bool		complete_on_commit;
-	bool		read_only;		/* a read-only transaction, or a standby: answers only */
+	bool		read_only;		/* a read-only transaction, a standby or a subscriber: answers only */
 	TimestampTz now;
 	Oid			user;
 } ClaimArgs;
@@ -176,6 +176,8 @@ must_write(const ClaimArgs *a, const char *why)
 {
 	if (!a->read_only)
 		return;
+	/* a logical replication subscriber of idempo's records answers like this too */
+	idempo_refuse_on_subscriber(a->scope->name, a->key, why);
 	ereport(ERROR,
 			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 			 errmsg("cannot claim key \"%s\" in scope \"%s\" in a read-only transaction",
@@ -230,7 +232,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			}
 		case EXPIRY_REVIEW:
 			must_write(a, "its retention ran out unfinished, so it goes to review");
-			to_review(ans, a, "retention_expired", NULL);
+			to_review(ans, a, "retention_expired", op_retention_detail(r));
 			changed = true;
 			break;
 		case EXPIRY_LEASE_UNKNOWN:
@@ -629,22 +631,28 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 
+	/* a run id or params passed by position land in fingerprint: say what was taken as what */
 	if (a.params != NULL && !PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("claim of key \"%s\" in scope \"%s\" gives both params and fingerprint",
 						a.key, a.scope->name),
-				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both.")));
+				 errdetail("The 4th argument, taken as fingerprint, is %s.",
+						   idempo_bytea_arg_text(PG_GETARG_BYTEA_PP(3))),
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both; pass run_id by name: run_id => ...")));
 	if (!PG_ARGISNULL(3))
 	{
 		bytea	   *fp = PG_GETARG_BYTEA_PP(3);
+		size_t		len = VARSIZE_ANY_EXHDR(fp);
 
-		if (VARSIZE_ANY_EXHDR(fp) != IDEMPO_DIGEST_LEN)
+		if (len != IDEMPO_DIGEST_LEN)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
-							a.key, a.scope->name, (size_t) VARSIZE_ANY_EXHDR(fp), IDEMPO_DIGEST_LEN),
-					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...).")));
+					 errmsg_plural("fingerprint for key \"%s\" in scope \"%s\" is %zu byte long, not %d",
+								   "fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
+								   len, a.key, a.scope->name, len, IDEMPO_DIGEST_LEN),
+					 errdetail("The 4th argument, taken as fingerprint, is %s.", idempo_bytea_arg_text(fp)),
+					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...); pass run_id by name: run_id => ...")));
 		memcpy(a.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		a.has_fingerprint = true;
 	}
@@ -661,7 +669,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
 	a.now = idempo_now();
-	a.read_only = XactReadOnly;
+	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
 	if (reclaim_own(&ans, &a))
 		;
 	else if (a.read_only)

@@ -1,8 +1,10 @@
 -- Every transition of the state machine (src/idempo.h): the status and attempt it leaves,
 -- the review it opens and the event it logs.  Each row prepares key $k in an audited scope,
--- then takes one action "later" seconds after the start (via idempo.clock_offset).
+-- then takes one action "later" seconds after the start (via idempo.clock_offset), in a
+-- transaction of its own (a claim by the transaction that acquired the key answers that
+-- again).  So the file runs without an outer transaction: the procedure commits, the TAP lines
+-- are collected and printed at the end, and the scopes' rows are deleted.
 SET client_min_messages = warning;
-BEGIN;
 SELECT plan(27 * 4 + 2);
 
 SELECT lives_ok($$SELECT idempo.create_scope('t', retention => '1 hour', lease => '1 minute',
@@ -41,7 +43,8 @@ INSERT INTO transitions VALUES
  ('resolve in_review: failed',       't', $$SELECT idempo.claim('t', $k); SELECT idempo.request_review('t', $k)$$, 0, $$SELECT idempo.resolve('t', $k, 'failed', 'r')$$, 'failed', 1, NULL, 'resolve'),
  ('sweep an expired finished one',   't', $$SELECT idempo.claim('t', $k); SELECT idempo.complete('t', $k, 1)$$, 4000, $$SELECT idempo.sweep()$$, NULL, NULL, NULL, NULL);
 
-CREATE FUNCTION pg_temp.run() RETURNS SETOF text LANGUAGE plpgsql AS $$
+CREATE TEMP TABLE tap_out (n serial, line text);
+CREATE PROCEDURE pg_temp.run() LANGUAGE plpgsql AS $$
 DECLARE
     t record;
     k text;
@@ -53,20 +56,29 @@ BEGIN
         FOREACH stmt IN ARRAY string_to_array(replace(t.prepare, '$k', k), ';') LOOP
             IF btrim(stmt) <> '' THEN EXECUTE stmt; END IF;
         END LOOP;
+        COMMIT;
         PERFORM set_config('idempo.clock_offset', t.later::text, true);
         EXECUTE replace(t.action, '$k', k);
         PERFORM set_config('idempo.clock_offset', '0', true);
+        COMMIT;
         o := idempo.lookup(t.scope, t.name);
-        RETURN NEXT is(o.status, t.status, t.name || ': status');
-        RETURN NEXT is(o.attempt, t.attempt, t.name || ': attempt');
-        RETURN NEXT is((SELECT string_agg(reason, ',') FROM idempo.reviews r
-                        WHERE r.key = t.name AND r.resolved_at IS NULL), t.review, t.name || ': open review');
-        RETURN NEXT is((SELECT e.action FROM idempo.events e WHERE e.key = t.name ORDER BY e.id DESC LIMIT 1),
+        INSERT INTO tap_out (line) VALUES (is(o.status, t.status, t.name || ': status'));
+        INSERT INTO tap_out (line) VALUES (is(o.attempt, t.attempt, t.name || ': attempt'));
+        INSERT INTO tap_out (line) VALUES (is((SELECT string_agg(reason, ',') FROM idempo.reviews r
+                        WHERE r.key = t.name AND r.resolved_at IS NULL), t.review, t.name || ': open review'));
+        INSERT INTO tap_out (line) VALUES (is((SELECT e.action FROM idempo.events e WHERE e.key = t.name
+                        ORDER BY e.id DESC LIMIT 1),
                        CASE WHEN t.event IS NULL THEN 'complete' ELSE t.event END,
-                       t.name || ': last event');
+                       t.name || ': last event'));
     END LOOP;
 END $$;
 
-SELECT * FROM pg_temp.run();
+CALL pg_temp.run();
+SELECT line FROM tap_out ORDER BY n;
 SELECT * FROM finish();
-ROLLBACK;
+
+DELETE FROM idempo.conflicts WHERE scope IN ('t', 't.retry');
+DELETE FROM idempo.reviews WHERE scope IN ('t', 't.retry');
+DELETE FROM idempo.events WHERE scope IN ('t', 't.retry');
+DELETE FROM idempo.operations WHERE scope IN ('t', 't.retry');
+DELETE FROM idempo.scopes WHERE name IN ('t', 't.retry');

@@ -14,37 +14,48 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempo'");
 $node->start;
 $node->safe_psql('postgres', q{CREATE EXTENSION idempo; SELECT idempo.create_scope('nw');});
 
+# Both ways of writing: direct writes answer from a look at the primary key; through SQL
+# (idempo.direct_writes = off) the claim runs with a lock timeout and answers when it expires.
+my $dw;
+
 sub nowait
 {
 	my ($key) = @_;
 	return $node->safe_psql('postgres', qq{
+SET idempo.direct_writes = $dw;
 SET statement_timeout = '20s';
 SELECT outcome || ' ' || coalesce(status::text, '-') FROM idempo.claim('nw', '$key', wait => false);
 });
 }
 
-for my $end ('COMMIT', 'ROLLBACK')
+for my $mode ('on', 'off')
 {
-	my $key = lc($end);
+	$dw = $mode;
+	for my $end ('COMMIT', 'ROLLBACK')
+	{
+		my $key = lc($end) . "-$dw";
+		my $holder = $node->background_psql('postgres');
+		$holder->query_safe("SET idempo.direct_writes = $dw");
+		$holder->query_safe('BEGIN');
+		$holder->query_safe(qq{SELECT idempo.claim('nw', '$key', complete_on_commit => true)});
+
+		is(nowait($key), 'busy -', "busy while another transaction holds the new key (then $end, direct writes $dw)");
+		# an existing, committed record locked by a transaction in flight: busy too
+		$holder->query_safe($end);
+		$holder->quit;
+		is(nowait($key), $end eq 'COMMIT' ? 'replay succeeded' : 'acquired in_progress',
+		   "after the holder's $end the claim answers from what it left (direct writes $dw)");
+	}
+
 	my $holder = $node->background_psql('postgres');
+	$holder->query_safe("SET idempo.direct_writes = $dw");
 	$holder->query_safe('BEGIN');
-	$holder->query_safe(qq{SELECT idempo.claim('nw', '$key', complete_on_commit => true)});
-
-	is(nowait($key), 'busy -', "busy while another transaction holds the new key (then $end)");
-	# an existing, committed record locked by a transaction in flight: busy too
-	$holder->query_safe($end);
+	$holder->query_safe(qq{SELECT idempo.complete('nw', 'rollback-$dw', 1)});
+	is(nowait("rollback-$dw"), 'busy in_progress', "busy while another transaction completes the key (direct writes $dw)");
+	$holder->query_safe('COMMIT');
 	$holder->quit;
-	is(nowait($key), $end eq 'COMMIT' ? 'replay succeeded' : 'acquired in_progress',
-	   "after the holder's $end the claim answers from what it left");
+	is(nowait("rollback-$dw"), 'replay succeeded', "then replay (direct writes $dw)");
 }
-
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('BEGIN');
-$holder->query_safe(q{SELECT idempo.complete('nw', 'rollback', 1)});
-is(nowait('rollback'), 'busy in_progress', 'busy while another transaction completes the key');
-$holder->query_safe('COMMIT');
-$holder->quit;
-is(nowait('rollback'), 'replay succeeded', 'then replay');
 
 # 'busy' means another transaction holds the key, nothing else.  Brand-new keys claimed with
 # wait => false by 4 concurrent clients: every one is acquired.  (Before, any lock wait over 1 ms,

@@ -1,0 +1,29 @@
+-- A trigger a user puts on idempo.operations (an audit log, a replication hook) fires for every
+-- write, including the two that direct writes would make through the access methods: a trigger
+-- on the table switches direct writes off.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS idempo CASCADE;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+SELECT name FROM idempo.create_scope('trg');
+CREATE TABLE public.operations_log (op text, key text, status idempo.status, attempt int);
+CREATE FUNCTION public.log_operation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.operations_log VALUES (TG_OP, NEW.key, NEW.status, NEW.attempt);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER log_operation AFTER INSERT OR UPDATE ON idempo.operations
+    FOR EACH ROW EXECUTE FUNCTION public.log_operation();
+
+-- a new key and its completion in the same transaction: the direct writes' case
+BEGIN;
+SELECT outcome, attempt FROM idempo.claim('trg', 'k1', '{"a":1}');
+SELECT idempo.complete('trg', 'k1', result => '{"ok":true}');
+COMMIT;
+SELECT outcome FROM idempo.claim('trg', 'k2', complete_on_commit => true);
+SELECT op, key, status, attempt FROM public.operations_log ORDER BY key, op DESC, status;
+
+DROP TRIGGER log_operation ON idempo.operations;
+DROP FUNCTION public.log_operation();
+DROP TABLE public.operations_log;
