@@ -1,40 +1,41 @@
 -- Least privilege: the three grant sets of the README, each tried by a real role; the
 -- scope's allowed_role; no direct writes to idempo's tables; a hostile search_path.
 SET client_min_messages = warning;
+SET idempo.allow_drop_with_records = on;  -- the previous test leaves records
 DROP EXTENSION IF EXISTS idempo CASCADE;
-DROP ROLE IF EXISTS idempo_app, idempo_reviewer, idempo_admin, idempo_outsider, idempo_app_member;
+RESET idempo.allow_drop_with_records;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 
 
-CREATE ROLE idempo_app;
-CREATE ROLE idempo_reviewer;
-CREATE ROLE idempo_admin;
-CREATE ROLE idempo_outsider;
-CREATE ROLE idempo_app_member IN ROLE idempo_app;
+CREATE ROLE regress_idempo_app;
+CREATE ROLE regress_idempo_reviewer;
+CREATE ROLE regress_idempo_admin;
+CREATE ROLE regress_idempo_outsider;
+CREATE ROLE regress_idempo_app_member IN ROLE regress_idempo_app;
 
 -- The grant sets, exactly as in README.md ("Security").
 -- application
-GRANT USAGE ON SCHEMA idempo TO idempo_app;
+GRANT USAGE ON SCHEMA idempo TO regress_idempo_app;
 GRANT EXECUTE ON FUNCTION
     idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
     idempo.complete(text, text, integer, jsonb, text),
     idempo.fail(text, text, integer, text, boolean),
     idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.lookup(text, text)
-TO idempo_app;
+TO regress_idempo_app;
 -- reviewer
-GRANT USAGE ON SCHEMA idempo TO idempo_reviewer;
-GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats TO idempo_reviewer;
+GRANT USAGE ON SCHEMA idempo TO regress_idempo_reviewer;
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats TO regress_idempo_reviewer;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.request_review(text, text, text),
     idempo.resolve_conflict(bigint, text, text, text),
     idempo.lookup(text, text)
-TO idempo_reviewer;
+TO regress_idempo_reviewer;
 -- administrator
-GRANT USAGE ON SCHEMA idempo TO idempo_admin;
-GRANT SELECT ON idempo.scopes, idempo.stats TO idempo_admin;
+GRANT USAGE ON SCHEMA idempo TO regress_idempo_admin;
+GRANT SELECT ON idempo.scopes, idempo.stats TO regress_idempo_admin;
 GRANT EXECUTE ON FUNCTION
     idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean,
                         boolean, name, text, text, text),
@@ -43,13 +44,13 @@ GRANT EXECUTE ON FUNCTION
     idempo.disable_scope(text), idempo.enable_scope(text),
     idempo.sweep(integer), idempo.counters(), idempo.reset_counters(), idempo.workers(),
     idempo.check_consistency()
-TO idempo_admin;
+TO regress_idempo_admin;
 
 -- the administrator sets up scopes; nobody else can
-SET ROLE idempo_admin;
+SET ROLE regress_idempo_admin;
 SELECT name FROM idempo.create_scope('orders', retention => '1 hour', lease => '1 minute', verify_settle => '1 minute',
                                      store_params => true);
-SELECT name FROM idempo.create_scope('orders.app_only', allowed_role => 'idempo_app');
+SELECT name FROM idempo.create_scope('orders.app_only', allowed_role => 'regress_idempo_app');
 SELECT * FROM idempo.sweep();
 SELECT count(*) > 0 AS counters FROM idempo.counters();
 SELECT regress.err($$SELECT idempo.claim('orders', 'k')$$) AS admin_claims;
@@ -57,7 +58,7 @@ SELECT regress.err($$SELECT idempo.resolve('orders', 'k', 'failed', 'x')$$) AS a
 RESET ROLE;
 
 -- the application does its job ...
-SET ROLE idempo_app;
+SET ROLE regress_idempo_app;
 SELECT outcome FROM idempo.claim('orders', 'o-1', '{"q":1,"sku":"A"}');
 SELECT idempo.complete('orders', 'o-1', 1, '{"ok":true}', 'T-1');
 SELECT outcome FROM idempo.claim('orders', 'o-2');
@@ -85,7 +86,7 @@ SELECT regress.err(stmt) AS refused FROM (VALUES
 RESET ROLE;
 
 -- the reviewer reads the queues and decides, and nothing else
-SET ROLE idempo_reviewer;
+SET ROLE regress_idempo_reviewer;
 SELECT scope, key, occurrences, changed_fields FROM idempo.conflict_queue;
 SELECT idempo.request_review('orders', 'o-2', 'looks odd') > 0 AS opened;
 SELECT key, reason, detail FROM idempo.review_queue;
@@ -104,12 +105,12 @@ RESET ROLE;
 -- allowed_role: EXECUTE is not enough, the role must be a member
 GRANT EXECUTE ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean),
     idempo.complete(text, text, integer, jsonb, text), idempo.fail(text, text, integer, text, boolean),
-    idempo.verify(text, text, integer, boolean, text, jsonb) TO idempo_outsider;
-GRANT USAGE ON SCHEMA idempo TO idempo_outsider;
-SET ROLE idempo_app_member;
+    idempo.verify(text, text, integer, boolean, text, jsonb) TO regress_idempo_outsider;
+GRANT USAGE ON SCHEMA idempo TO regress_idempo_outsider;
+SET ROLE regress_idempo_app_member;
 SELECT outcome FROM idempo.claim('orders.app_only', 'm-1');
 RESET ROLE;
-SET ROLE idempo_outsider;
+SET ROLE regress_idempo_outsider;
 SELECT regress.err(stmt) AS outsider FROM (VALUES
     ($$SELECT idempo.claim('orders.app_only', 'm-2')$$),
     ($$SELECT idempo.complete('orders.app_only', 'm-1', 1)$$),
@@ -164,6 +165,8 @@ SELECT key, status FROM idempo.operations WHERE scope = 'orders' ORDER BY key;
 SELECT count(*) AS problems FROM idempo.check_consistency();
 SET client_min_messages = warning;
 DROP SCHEMA evil CASCADE;
+SET idempo.allow_drop_with_records = on;
 DROP EXTENSION idempo CASCADE;
-DROP OWNED BY idempo_app_member, idempo_app, idempo_reviewer, idempo_admin, idempo_outsider;
-DROP ROLE idempo_app_member, idempo_app, idempo_reviewer, idempo_admin, idempo_outsider;
+RESET idempo.allow_drop_with_records;
+DROP OWNED BY regress_idempo_app_member, regress_idempo_app, regress_idempo_reviewer, regress_idempo_admin, regress_idempo_outsider;
+DROP ROLE regress_idempo_app_member, regress_idempo_app, regress_idempo_reviewer, regress_idempo_admin, regress_idempo_outsider;

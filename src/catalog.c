@@ -40,6 +40,19 @@ const char *const idempo_outcome_names[NUM_OUTCOMES] = {
 	"acquired", "replay", "busy", "conflict", "unknown", "in_review", "stale"
 };
 
+/* What an operation in this status is, for messages: "cannot complete ...: <phrase>". */
+const char *
+idempo_status_phrase(IdempoStatus s)
+{
+	static const char *const phrases[NUM_STATUSES] = {
+		"it is in progress", "it has already succeeded", "it has already failed",
+		"it is retryable", "its outcome is unknown", "it is in review"
+	};
+
+	Assert(s >= 0 && s < NUM_STATUSES);
+	return phrases[s];
+}
+
 /*
  * The versions of idempo's SQL objects (pg_extension.extversion) this
  * library works with.  One library serves every database of the server, and
@@ -191,8 +204,7 @@ idempo_catalog(void)
 				(errcode(ERRCODE_UNDEFINED_SCHEMA),
 				 errmsg("schema \"idempo\" does not exist"),
 				 errhint("Install the extension in this database: CREATE EXTENSION idempo;")));
-	/* 0.3.0 knows an open conflict by both fingerprints (supported_versions[2]) */
-	fresh.open_conflict_by_stored = check_version() >= 2;
+	check_version();
 	fresh.scopes_relid = relation_oid("scopes", fresh.namespace_oid);
 	fresh.operations_relid = relation_oid("operations", fresh.namespace_oid);
 

@@ -185,11 +185,11 @@ idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum
 			break;
 		case PLAN_SWEEP_REVIEW:
 		case PLAN_SWEEP_REVIEW_SAFE:
-			sql = psprintf("INSERT INTO %s (id, scope, key, reason, opened_at, operation) "
+			sql = psprintf("INSERT INTO %s (id, scope, key, reason, opened_at, operation, detail) "
 						   "SELECT pg_catalog.nextval('idempo.reviews_id_seq'), o.scope, o.key, "
-						   "'retention_expired', $2, ROW(o.*)::idempo.operations "
+						   "'retention_expired', $2, ROW(o.*)::idempo.operations, %s "
 						   "FROM %s o " SWEEP_REVIEW_WHERE "%s",
-						   shard->reviews, shard->operations,
+						   shard->reviews, SWEEP_REVIEW_DETAIL, shard->operations,
 						   id == PLAN_SWEEP_REVIEW_SAFE ? " " SWEEP_REVIEW_ON_CONFLICT : "");
 			break;
 		case PLAN_SWEEP_TO_REVIEW:

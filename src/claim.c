@@ -67,7 +67,7 @@ typedef struct ClaimArgs
 	TimestampTz intent_at;
 	bool		wait;
 	bool		complete_on_commit;
-	bool		read_only;		/* a read-only transaction, or a standby: answers only */
+	bool		read_only;		/* a read-only transaction, a standby or a subscriber: answers only */
 	TimestampTz now;
 	Oid			user;
 } ClaimArgs;
@@ -176,6 +176,8 @@ must_write(const ClaimArgs *a, const char *why)
 {
 	if (!a->read_only)
 		return;
+	/* a logical replication subscriber of idempo's records answers like this too */
+	idempo_refuse_on_subscriber(a->scope->name, a->key, why);
 	ereport(ERROR,
 			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 			 errmsg("cannot claim key \"%s\" in scope \"%s\" in a read-only transaction",
@@ -230,7 +232,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			}
 		case EXPIRY_REVIEW:
 			must_write(a, "its retention ran out unfinished, so it goes to review");
-			to_review(ans, a, "retention_expired", NULL);
+			to_review(ans, a, "retention_expired", op_retention_detail(r));
 			changed = true;
 			break;
 		case EXPIRY_LEASE_UNKNOWN:
@@ -456,6 +458,27 @@ key_row_locked_elsewhere(const ClaimArgs *a)
  * concurrent inserts, say); then the claim is tried again with a longer
  * timeout.  Returns false for 'busy'.
  */
+static void
+refuse_table_locked(const ClaimArgs *a)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
+			 errdetail("Another session holds a lock on idempo.operations or its primary key that conflicts with claiming, such as CREATE INDEX, REINDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE."),
+			 errhint("Retry later, or claim with wait => true to queue behind it.")));
+}
+
+/* The dirty-snapshot look at the key (direct.c); a locked primary key is refused as a locked table. */
+static OpKeyState
+key_state(const ClaimArgs *a)
+{
+	OpKeyState	state = op_key_in_flux(a->scope->name, a->key);
+
+	if (state == KEY_TABLE_LOCKED)
+		refuse_table_locked(a);
+	return state;
+}
+
 static bool
 claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 {
@@ -466,14 +489,14 @@ claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 	{
 		ClaimCall	call = {ans, a, timeouts[i]};
 
-		if (op_key_in_flux(a->scope->name, a->key) == KEY_IN_FLUX)
+		if (key_state(a) == KEY_IN_FLUX)
 			return false;
 		if (idempo_try_in_subxact(claim_with_lock_timeout, &call, ERRCODE_LOCK_NOT_AVAILABLE))
 			return true;
 		memset(ans, 0, sizeof(*ans));
 		ans->from_status = -1;
 		/* where the probe cannot tell (Citus), any lock wait counts as the key's */
-		if (op_key_in_flux(a->scope->name, a->key) != KEY_QUIET || key_row_locked_elsewhere(a))
+		if (key_state(a) != KEY_QUIET || key_row_locked_elsewhere(a))
 			return false;
 	}
 	ereport(ERROR,
@@ -494,11 +517,7 @@ static void
 lock_table_without_waiting(const ClaimArgs *a)
 {
 	if (!ConditionalLockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not claim key \"%s\" in scope \"%s\" without waiting", a->key, a->scope->name),
-				 errdetail("Another session holds a lock on idempo.operations that conflicts with writing it, such as CREATE INDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE."),
-				 errhint("Retry later, or claim with wait => true to queue behind it.")));
+		refuse_table_locked(a);
 }
 
 static Datum
@@ -612,22 +631,28 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 
+	/* a run id or params passed by position land in fingerprint: say what was taken as what */
 	if (a.params != NULL && !PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("claim of key \"%s\" in scope \"%s\" gives both params and fingerprint",
 						a.key, a.scope->name),
-				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both.")));
+				 errdetail("The 4th argument, taken as fingerprint, is %s.",
+						   idempo_bytea_arg_text(PG_GETARG_BYTEA_PP(3))),
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both; pass run_id by name: run_id => ...")));
 	if (!PG_ARGISNULL(3))
 	{
 		bytea	   *fp = PG_GETARG_BYTEA_PP(3);
+		size_t		len = VARSIZE_ANY_EXHDR(fp);
 
-		if (VARSIZE_ANY_EXHDR(fp) != IDEMPO_DIGEST_LEN)
+		if (len != IDEMPO_DIGEST_LEN)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
-							a.key, a.scope->name, (size_t) VARSIZE_ANY_EXHDR(fp), IDEMPO_DIGEST_LEN),
-					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...).")));
+					 errmsg_plural("fingerprint for key \"%s\" in scope \"%s\" is %zu byte long, not %d",
+								   "fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
+								   len, a.key, a.scope->name, len, IDEMPO_DIGEST_LEN),
+					 errdetail("The 4th argument, taken as fingerprint, is %s.", idempo_bytea_arg_text(fp)),
+					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...); pass run_id by name: run_id => ...")));
 		memcpy(a.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		a.has_fingerprint = true;
 	}
@@ -644,7 +669,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
 	a.now = idempo_now();
-	a.read_only = XactReadOnly;
+	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
 	if (reclaim_own(&ans, &a))
 		;
 	else if (a.read_only)

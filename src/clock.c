@@ -7,7 +7,8 @@
  * moment a function reads the record, from the system clock.  The
  * superuser-only setting idempo.clock_offset shifts that clock, so tests
  * can evaluate a decision "one hour later" deterministically instead of
- * sleeping; it is 0 in production.
+ * sleeping; it is 0 in production.  It takes an interval ('2 hours',
+ * '5min 1s'), like every other duration of idempo.
  *
  * Durations are fixed lengths: a day is 24 hours and a month 30 days,
  * whatever the session's time zone, so every session and the background
@@ -18,9 +19,15 @@
 #include "idempo.h"
 
 #include "common/int.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
-int			idempo_clock_offset_s = 0;
+char	   *idempo_clock_offset = NULL;	/* the setting's text */
+static int64 clock_offset_us = 0;	/* what it means */
+
+/* the same bound as the scope timings (100 years), and beyond any realistic test */
+#define MAX_CLOCK_OFFSET_US ((int64) 100 * 365 * USECS_PER_DAY)
 
 /* Adds a duration to a time, saturating at +-infinity. */
 TimestampTz
@@ -40,9 +47,70 @@ idempo_now(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (idempo_clock_offset_s != 0)
-		now = idempo_time_add(now, (int64) idempo_clock_offset_s * USECS_PER_SEC);
+	if (clock_offset_us != 0)
+		now = idempo_time_add(now, clock_offset_us);
 	return now;
+}
+
+/*
+ * Check hook of idempo.clock_offset: anything the interval type accepts
+ * ('90', '2 hours', '5min 1s', '-1 day', 'PT2H'), a bare number being
+ * seconds as before.  Parsed with the interval type's own routines, which
+ * report errors as codes (a check hook must not throw).
+ */
+bool
+idempo_clock_offset_check(char **newval, void **extra, GucSource source)
+{
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	char		workbuf[256];
+	char	   *copy;
+	int			nf;
+	int			dtype = 0;
+	int			dterr;
+	struct pg_itm_in itm;
+	Interval	iv;
+	int64		usecs;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+	{
+		GUC_check_errdetail("Give an interval, such as '6 minutes', '-2 hours' or '90' (seconds).");
+		return false;
+	}
+	memset(&itm, 0, sizeof(itm));
+	dterr = ParseDateTime(*newval, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &nf);
+	if (dterr == 0)
+		dterr = DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm);
+	if (dterr == DTERR_BAD_FORMAT)
+	{
+		copy = pstrdup(*newval);
+		memset(&itm, 0, sizeof(itm));
+		dterr = DecodeISO8601Interval(copy, &dtype, &itm);
+	}
+	if (dterr != 0 || dtype != DTK_DELTA || itmin2interval(&itm, &iv) != 0)
+	{
+		GUC_check_errdetail("\"%s\" is not an interval; give one such as '6 minutes', '-2 hours' or '90' (seconds).",
+							*newval);
+		return false;
+	}
+	usecs = idempo_interval_usecs(&iv);
+	if (usecs > MAX_CLOCK_OFFSET_US || usecs < -MAX_CLOCK_OFFSET_US)
+	{
+		GUC_check_errdetail("The offset may be at most 100 years either way.");
+		return false;
+	}
+	/* GUC frees this with free(); guc_malloc() is not exported by every supported major */
+	*extra = malloc(sizeof(int64));
+	if (*extra == NULL)
+		return false;
+	*(int64 *) *extra = usecs;
+	return true;
+}
+
+void
+idempo_clock_offset_assign(const char *newval, void *extra)
+{
+	clock_offset_us = *(int64 *) extra;
 }
 
 /* An interval as microseconds (day = 24 h, month = 30 days), saturating. */

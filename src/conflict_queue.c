@@ -27,6 +27,17 @@
  * slot (RESERVED) that is handed to the sweeper (PENDING, nobody waiting)
  * if that transaction or subtransaction rolls back (conflicts.c).
  *
+ * The claim waits for a PENDING request at most WAIT_PENDING_MS: the sweeper
+ * may be in a sweep round that queues behind a lock the claim's own
+ * transaction holds (a cycle the deadlock detector cannot see), so after
+ * that the claim takes the request back and writes the row itself, with a
+ * handover.  Once the sweeper has TAKEN it, the recording is bounded by its
+ * own lock timeout, and the claim waits for it.  A handover made while no
+ * sweeper serves the database stays PENDING until one does (the launcher
+ * is asked to start one).  A claim that ends while waiting -- an error, a
+ * cancel, or FATAL -- leaves the request to the sweeper (before_shmem_exit
+ * through PG_ENSURE_ERROR_CLEANUP).
+ *
  * Every change of a slot happens under idempo_shared->mutex; there are
  * IDEMPO_CONFLICT_SLOTS of them, and conflicts are rare.
  *
@@ -35,11 +46,14 @@
 #include "idempo.h"
 
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "pgstat.h"
 #include "utils/timestamp.h"
 
-#define WAIT_CHECK_MS 1000		/* how often a waiting claim checks that a sweeper is there */
+#define WAIT_CHECK_MS 100		/* how often a waiting claim looks at its request */
+#define WAIT_PENDING_MS 1000	/* how long it waits for the sweeper to take it */
 #define RETRY_LOCKED_MS 1000	/* a handed-over request that met a lock: again after this */
+#define SERVE_AT_ONCE 16		/* requests recorded before the sweeper looks at anything else */
 
 static IdempoConflictSlot *
 slot_at(int i)
@@ -53,75 +67,95 @@ slot_at(int i)
  * (handed over later, idempo_cq_hand_over; -1 if no slot is free).
  * Returns the slot.
  */
-int
-idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
+/* Frees the pin of a request that never got a slot (the claim ended while waiting for one). */
+static void
+unpin_unsubmitted(int code, Datum arg)
 {
-	volatile int slot = -1;
+	ConditionVariableCancelSleep();
+	dsm_unpin_segment(DatumGetUInt32(arg));
+}
+
+static int
+take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
+{
+	int			slot = -1;
 	int			i;
 
-	/* pinned before anyone can see it: the sweeper unpins it when it is done */
-	dsm_pin_segment(seg);
-	if (state == CQ_PENDING)
-		ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
-	for (;;)
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
 	{
-		SpinLockAcquire(&idempo_shared->mutex);
-		for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
-		{
-			IdempoConflictSlot *s = slot_at(i);
+		IdempoConflictSlot *s = slot_at(i);
 
-			if (s->state != CQ_FREE)
-				continue;
-			memset(s, 0, sizeof(*s));
-			s->state = state;
-			s->database_id = MyDatabaseId;
-			s->handle = dsm_segment_handle(seg);
-			s->waited_for = (state == CQ_PENDING);
-			slot = i;
-			break;
-		}
-		SpinLockRelease(&idempo_shared->mutex);
-		if (slot >= 0 || state != CQ_PENDING)
-			break;
-		/* every slot is in use: wait until one is freed (a cancel unpins the segment below) */
-		PG_TRY();
-		{
-			(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
-											   PG_WAIT_EXTENSION);
-		}
-		PG_CATCH();
-		{
-			ConditionVariableCancelSleep();
-			dsm_unpin_segment(dsm_segment_handle(seg));
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
+		if (s->state != CQ_FREE)
+			continue;
+		memset(s, 0, sizeof(*s));
+		s->state = state;
+		s->database_id = MyDatabaseId;
+		s->handle = dsm_segment_handle(seg);
+		s->waited_for = (state == CQ_PENDING);
+		slot = i;
+		break;
 	}
-	if (state == CQ_PENDING)
-		ConditionVariableCancelSleep();
-	if (slot < 0)
-		dsm_unpin_segment(dsm_segment_handle(seg));
-	else if (state == CQ_PENDING)
-		(void) idempo_wake_sweeper(MyDatabaseId);
+	SpinLockRelease(&idempo_shared->mutex);
 	return slot;
 }
 
+int
+idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
+{
+	dsm_handle	handle = dsm_segment_handle(seg);
+	int			slot;
+
+	/* pinned before anyone can see it: whoever frees the slot unpins it */
+	dsm_pin_segment(seg);
+	slot = take_free_slot(seg, state);
+	if (slot < 0 && state == CQ_PENDING)
+	{
+		/* every slot is in use: wait until one is freed */
+		PG_ENSURE_ERROR_CLEANUP(unpin_unsubmitted, UInt32GetDatum(handle));
+		{
+			ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
+			while ((slot = take_free_slot(seg, state)) < 0)
+				(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
+												   PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
+		}
+		PG_END_ENSURE_ERROR_CLEANUP(unpin_unsubmitted, UInt32GetDatum(handle));
+	}
+	if (slot < 0)
+		dsm_unpin_segment(handle);
+	else if (!idempo_wake_sweeper(MyDatabaseId))
+		idempo_wake_launcher();		/* nobody serves this database yet: start a sweeper */
+	return slot;
+}
+
+/* Whether a sweeper serves the database; call with the mutex held. */
+static bool
+served_locked(Oid database_id)
+{
+	int			i;
+
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			return true;
+	return false;
+}
+
 /*
- * A request nobody will take any more: PENDING, or TAKEN by a sweeper that
- * is gone (one that exited while recording it), while no sweeper serves
- * the database.  Frees the slot; true if it did.
+ * The claim takes its request back, to write the row itself: if it is
+ * still PENDING, or TAKEN while no sweeper serves the database (one exited
+ * while recording it).  Frees the slot; true if it did.
  */
 static bool
-withdraw_if_untaken(int slot)
+withdraw(int slot)
 {
 	IdempoConflictSlot *s = slot_at(slot);
 	bool		withdrawn = false;
 	dsm_handle	handle = 0;
 
-	if (idempo_sweeper_pid(MyDatabaseId) != 0)
-		return false;
 	SpinLockAcquire(&idempo_shared->mutex);
-	if (s->state == CQ_PENDING || s->state == CQ_TAKEN)
+	if (s->state == CQ_PENDING ||
+		(s->state == CQ_TAKEN && !served_locked(s->database_id)))
 	{
 		handle = s->handle;
 		s->state = CQ_FREE;
@@ -136,14 +170,15 @@ withdraw_if_untaken(int slot)
 	return withdrawn;
 }
 
-/* A waiting claim leaves (an error or a cancel): the sweeper frees the slot when it is done. */
+/* A waiting claim ends (an error, a cancel, FATAL): the sweeper frees the slot when it is done. */
 static void
-stop_waiting(int slot)
+stop_waiting(int code, Datum arg)
 {
-	IdempoConflictSlot *s = slot_at(slot);
+	IdempoConflictSlot *s = slot_at(DatumGetInt32(arg));
 	dsm_handle	handle = 0;
 	bool		unpin = false;
 
+	ConditionVariableCancelSleep();
 	SpinLockAcquire(&idempo_shared->mutex);
 	if (s->state == CQ_DONE)
 	{
@@ -171,14 +206,15 @@ bool
 idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id)
 {
 	IdempoConflictSlot *s = slot_at(slot);
-	volatile bool done = false;
-	volatile bool recorded = false;
-	volatile dsm_handle handle = 0;
+	TimestampTz give_up_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), WAIT_PENDING_MS);
+	bool		done = false;
+	bool		recorded = false;
+	dsm_handle	handle = 0;
 
 	*lock_timeout = false;
-	ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
-	PG_TRY();
+	PG_ENSURE_ERROR_CLEANUP(stop_waiting, Int32GetDatum(slot));
 	{
+		ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
 		for (;;)
 		{
 			SpinLockAcquire(&idempo_shared->mutex);
@@ -198,20 +234,15 @@ idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id)
 				ConditionVariableBroadcast(&idempo_shared->conflicts_cv);	/* a free slot */
 				break;
 			}
-			if (withdraw_if_untaken(slot))
+			/* not taken in time (the sweeper may queue behind a lock of ours): write it ourselves */
+			if (GetCurrentTimestamp() >= give_up_at && withdraw(slot))
 				break;
 			(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
 											   PG_WAIT_EXTENSION);
 		}
-	}
-	PG_CATCH();
-	{
 		ConditionVariableCancelSleep();
-		stop_waiting(slot);
-		PG_RE_THROW();
 	}
-	PG_END_TRY();
-	ConditionVariableCancelSleep();
+	PG_END_ENSURE_ERROR_CLEANUP(stop_waiting, Int32GetDatum(slot));
 	return recorded;
 }
 
@@ -238,12 +269,29 @@ void
 idempo_cq_hand_over(int slot)
 {
 	IdempoConflictSlot *s = slot_at(slot);
+	Oid			database_id;
 
 	SpinLockAcquire(&idempo_shared->mutex);
 	s->state = CQ_PENDING;
 	s->waited_for = false;
+	database_id = s->database_id;
 	SpinLockRelease(&idempo_shared->mutex);
-	(void) idempo_wake_sweeper(s->database_id);
+	if (!idempo_wake_sweeper(database_id))
+		idempo_wake_launcher();
+}
+
+/* Whether requests of a database wait for a sweeper (the launcher then starts one at once). */
+bool
+idempo_cq_pending(Oid database_id)
+{
+	bool		pending = false;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	for (i = 0; i < IDEMPO_CONFLICT_SLOTS && !pending; i++)
+		pending = slot_at(i)->state == CQ_PENDING && slot_at(i)->database_id == database_id;
+	SpinLockRelease(&idempo_shared->mutex);
+	return pending;
 }
 
 /* A new sweeper takes over what a sweeper of its database left TAKEN when it exited. */
@@ -261,15 +309,14 @@ idempo_cq_sweeper_started(void)
 
 /* Records one TAKEN request and says so to whoever waits. */
 static void
-record_one(int slot)
+record_one(int slot, dsm_handle handle)
 {
 	IdempoConflictSlot *s = slot_at(slot);
-	dsm_segment *seg = dsm_attach(s->handle);
+	dsm_segment *seg = dsm_attach(handle);
 	bool		recorded = false;
 	bool		lock_timeout = false;
 	int64		conflict_id = 0;
 	bool		unpin = false;
-	dsm_handle	handle = s->handle;
 
 	if (seg != NULL)
 	{
@@ -278,7 +325,9 @@ record_one(int slot)
 	}
 
 	SpinLockAcquire(&idempo_shared->mutex);
-	if (!s->waited_for && !recorded && lock_timeout)
+	if (s->state != CQ_TAKEN || s->taken_by != MyProcPid || s->handle != handle)
+		;						/* no longer ours (withdrawn meanwhile): leave it */
+	else if (!s->waited_for && !recorded && lock_timeout)
 	{
 		/* handed over, and the conflict's row is locked: try again later */
 		s->state = CQ_PENDING;
@@ -309,13 +358,17 @@ record_one(int slot)
 TimestampTz
 idempo_cq_serve(void)
 {
-	for (;;)
+	int			served;
+
+	for (served = 0;; served++)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz next = 0;
 		int			slot = -1;
+		dsm_handle	handle = 0;
 		int			i;
 
+		CHECK_FOR_INTERRUPTS();
 		SpinLockAcquire(&idempo_shared->mutex);
 		for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
 		{
@@ -323,10 +376,11 @@ idempo_cq_serve(void)
 
 			if (s->state != CQ_PENDING || s->database_id != MyDatabaseId)
 				continue;
-			if (s->not_before <= now)
+			if (s->not_before <= now && served < SERVE_AT_ONCE)
 			{
 				s->state = CQ_TAKEN;
 				s->taken_by = MyProcPid;
+				handle = s->handle;
 				slot = i;
 				break;
 			}
@@ -337,7 +391,7 @@ idempo_cq_serve(void)
 		if (slot < 0)
 			return next;
 		pgstat_report_activity(STATE_RUNNING, "idempo: recording a conflict");
-		record_one(slot);
+		record_one(slot, handle);
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }

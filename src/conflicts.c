@@ -13,14 +13,16 @@
  *	   free worker slot; the claim waits for its commit;
  *	2. where no sweeper serves the database, a short-lived background
  *	   worker started for the conflict (it needs a free slot);
- *	3. otherwise, or when the row is locked by another transaction (a
+ *	3. otherwise, when the row is locked by another transaction (a
  *	   reviewer resolving the same conflict; the sweeper does not wait for
- *	   it, so that its database's other conflicts and sweeps go on), the
- *	   claim writes the row in its own transaction, where the deadlock
- *	   detector sees the wait, and -- if a sweeper serves the database --
- *	   hands the row to the sweeper if that transaction or subtransaction
- *	   rolls back.  Only without a sweeper does a WARNING say that the
- *	   conflict is kept only if the transaction commits.
+ *	   it, so that its database's other conflicts and sweeps go on), or
+ *	   when the sweeper did not take the request within a second (it may
+ *	   queue behind a lock of this very transaction), the claim writes the
+ *	   row in its own transaction, where the deadlock detector sees any
+ *	   wait, and hands the row to the sweeper if that transaction or
+ *	   subtransaction rolls back (to the next sweeper, if none serves the
+ *	   database now).  Only without the library preloaded does a WARNING
+ *	   say that the conflict is kept only if the transaction commits.
  * The conflict's id is drawn from the sequence first and travels with the
  * request, so that the id the claim returns is the row's wherever it is
  * written.  The row is upserted on the open conflict of the same stored
@@ -38,8 +40,11 @@
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "catalog/pg_index.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/snapmgr.h"
 
 PGDLLEXPORT void idempo_conflict_recorder_main(Datum main_arg);
@@ -89,6 +94,28 @@ digest_bytea(const uint8 *digest)
 }
 
 /*
+ * Whether an open conflict is known by both fingerprints (0.3.0 on) or by
+ * the incoming one (0.1.0, 0.2.0): the arbiter index says, looked up on
+ * every conflict (they are rare), so that ALTER EXTENSION UPDATE applies
+ * at once in every session.
+ */
+static bool
+open_conflict_by_stored(void)
+{
+	Oid			index = get_relname_relid("conflicts_open_idx", idempo_catalog()->namespace_oid);
+	HeapTuple	tuple;
+	bool		by_stored = false;
+
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index));
+	if (HeapTupleIsValid(tuple))
+	{
+		by_stored = ((Form_pg_index) GETSTRUCT(tuple))->indnkeyatts == 4;
+		ReleaseSysCache(tuple);
+	}
+	return by_stored;
+}
+
+/*
  * Upserts the conflict row (a new one gets conflict_id) and returns the id
  * of the row it counted on.  Runs inside an idempo SPI session.  Objects of
  * 0.1.0/0.2.0 know open conflicts by incoming fingerprint only.
@@ -113,8 +140,7 @@ insert_conflict_row(const IdempoConflict *c, int64 conflict_id)
 	nulls[6] = c->run_id ? ' ' : 'n';
 	values[7] = TimestampTzGetDatum(c->detected_at);
 	values[8] = Int64GetDatum(conflict_id);
-	if (idempo_spi_execute(idempo_catalog()->open_conflict_by_stored ?
-						   PLAN_CONFLICT_RECORD : PLAN_CONFLICT_RECORD_0_2,
+	if (idempo_spi_execute(open_conflict_by_stored() ? PLAN_CONFLICT_RECORD : PLAN_CONFLICT_RECORD_0_2,
 						   values, nulls, 0) != 1)
 		elog(ERROR, "recording a conflict returned no row");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -369,7 +395,8 @@ reserve_handover(const IdempoConflict *c, int64 conflict_id)
 	MemoryContext old;
 	Handover   *h;
 
-	if (!IsUnderPostmaster || idempo_shared == NULL || idempo_sweeper_pid(MyDatabaseId) == 0)
+	/* without a sweeper now, the request waits for the next one (the launcher starts it) */
+	if (!IsUnderPostmaster || idempo_shared == NULL)
 		return false;
 	if (!handover_callbacks)
 	{
@@ -423,8 +450,8 @@ idempo_record_conflict(const IdempoConflict *c)
 		ereport(WARNING,
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
-				 errdetail("No idempo sweeper serves this database, and no conflict recorder worker could run."),
-				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries) and let its worker serve this database (idempo.databases).")));
+				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
+				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
 	return id;
 }
 

@@ -17,6 +17,7 @@
 #include "idempo.h"
 
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
@@ -54,7 +55,7 @@ release_database(const char *name)
 	if (idempo_shared == NULL || name == NULL)
 		return;
 	database_id = get_database_oid(name, true);
-	if (!OidIsValid(database_id) || !pg_database_ownercheck(database_id, GetUserId()))
+	if (!OidIsValid(database_id) || !object_ownercheck(DatabaseRelationId, database_id, GetUserId()))
 		return;
 	idempo_hold_database(database_id, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HOLD_MS));
 	for (waited = 0; waited < STOP_WAIT_MS; waited += 10)

@@ -162,7 +162,7 @@ indexes_as_expected(Relation rel)
 	bool		pk_ok = false;
 	MemoryContext old;
 
-	layout.pk_index = RelationGetPrimaryKeyIndex(rel);
+	layout.pk_index = RelationGetPrimaryKeyIndex(rel, false);
 	layout.other_unique = false;
 	list_free(layout.arbiters);
 	layout.arbiters = NIL;
@@ -484,7 +484,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		if (precheck)
 		{
 			prepare_precheck(rri);
-			if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict_tid, arbiters))
+			if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict_tid, NULL, arbiters))
 			{
 				check_conflict_visible(rel, estate, &conflict_tid);
 				result = OP_DIRECT_EXISTS;
@@ -495,7 +495,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		xid = GetCurrentTransactionId();
 		token = SpeculativeInsertionLockAcquire(xid);
 		table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict, arbiters);
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict, arbiters, false);
 		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
@@ -539,7 +539,13 @@ op_key_in_flux(const char *scope, const char *key)
 
 	if (rel == NULL)
 		return KEY_CANNOT_TELL;
-	index = index_open(layout.pk_index, AccessShareLock);
+	/* wait => false must not queue behind REINDEX, ALTER INDEX ... either */
+	if (!ConditionalLockRelationOid(layout.pk_index, AccessShareLock))
+	{
+		table_close(rel, AccessShareLock);
+		return KEY_TABLE_LOCKED;
+	}
+	index = index_open(layout.pk_index, NoLock);
 	for (i = 0; i < 2; i++)
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber, InvalidOid,
 							   index->rd_indcollation[i], F_TEXTEQ,
@@ -547,7 +553,7 @@ op_key_in_flux(const char *scope, const char *key)
 
 	InitDirtySnapshot(dirty);
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, index, &dirty, 2, 0);
+	scan = index_beginscan(rel, index, &dirty, NULL, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -595,12 +601,13 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 	IdempoStatus status;
 	bool		fence_ok;
 	int			i_sweep;
+	TU_UpdateIndexes update_indexes;
 
 	if (rel == NULL)
 		return false;
 	/* TRUNCATE or a rewrite in this transaction: a remembered TID means nothing */
 	if (rel->rd_createSubid != InvalidSubTransactionId ||
-		rel->rd_firstRelfilenodeSubid != InvalidSubTransactionId)
+		rel->rd_firstRelfilelocatorSubid != InvalidSubTransactionId)
 	{
 		table_close(rel, RowExclusiveLock);
 		return false;
@@ -661,17 +668,22 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 	/* as UPDATE does: refuse if a publication needs a replica identity the table lacks */
 	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 	newtup = heap_form_tuple(desc, values, isnull);
-	simple_heap_update(rel, &old->t_self, newtup);
+	simple_heap_update(rel, &old->t_self, newtup, &update_indexes);
 
-	/* a HOT update needs no index entries; otherwise add them as UPDATE does */
-	if (!HeapTupleIsHeapOnly(newtup))
+	/*
+	 * A HOT update needs no index entries; otherwise add them as UPDATE does:
+	 * all of them, or (16 and later) only the summarizing ones if only those
+	 * changed.
+	 */
+	if (update_indexes != TU_None)
 	{
 		EState	   *estate;
 		ResultRelInfo *rri = begin_index_work(rel, &estate);
 		TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsHeapTuple);
 
 		ExecStoreHeapTuple(newtup, slot, false);
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL,
+										 update_indexes == TU_Summarizing));
 		end_index_work(rri, estate);
 	}
 

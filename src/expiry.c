@@ -16,6 +16,8 @@
 #include "idempo.h"
 
 #include "op_row.h"
+#include "utils/fmgrprotos.h"
+#include "utils/timestamp.h"
 
 /* When unfinished work of this record goes to review. */
 TimestampTz
@@ -61,4 +63,16 @@ op_row_make_unknown(OpRow *r, const IdempoScope *s)
 	r->status = STATUS_UNKNOWN;
 	r->lease_expires_at = DT_NOBEGIN;
 	r->sweep_at = op_review_at(r, s);
+}
+
+/* Why a retention_expired review was opened (the sweep's statement writes the same text). */
+char *
+op_retention_detail(const OpRow *r)
+{
+	/* the time as the SQL statement's format() shows it: in the session's DateStyle */
+	char	   *first_seen = DatumGetCString(DirectFunctionCall1(timestamptz_out,
+																 TimestampTzGetDatum(r->first_seen_at)));
+
+	return psprintf("still %s at attempt %d when the scope's retention ran out (first seen %s)",
+					idempo_status_names[r->status], r->attempt, first_seen);
 }

@@ -9,9 +9,12 @@
  *	  idempo.sweep_interval  pause between sweep rounds; sighup
  *	  idempo.sweep_batch     rows per sweep transaction; sighup
  *	  idempo.worker_enabled  off stops all sweeping; sighup
- *	  idempo.clock_offset    shifts idempo's clock, for tests; superuser
+ *	  idempo.clock_offset    shifts idempo's clock by an interval, for tests;
+ *	                         superuser
  *	  idempo.direct_writes   off routes every write through SQL (for
  *	                         comparison and diagnosis); superuser
+ *	  idempo.allow_drop_with_records  on lets DROP EXTENSION idempo delete
+ *	                         records (drop_guard.c); superuser
  *
  *-------------------------------------------------------------------------
  */
@@ -72,14 +75,15 @@ idempo_define_gucs(void)
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
-	DefineCustomIntVariable("idempo.clock_offset",
-							"Shifts idempo's clock by this many seconds (for tests).",
-							"Lets tests evaluate lease, retention and settle decisions at a later "
-							"time without waiting. Leave it at 0 in production.",
-							&idempo_clock_offset_s,
-							0, -1000000000, 1000000000,
-							PGC_SUSET, GUC_UNIT_S | GUC_NOT_IN_SAMPLE,
-							NULL, NULL, NULL);
+	DefineCustomStringVariable("idempo.clock_offset",
+							   "Shifts idempo's clock by this interval (for tests).",
+							   "Lets tests evaluate lease, retention and settle decisions at a later "
+							   "time without waiting: any interval, such as '6 minutes', '-2 hours' "
+							   "or '90' (seconds). Leave it at 0 in production.",
+							   &idempo_clock_offset,
+							   "0",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
+							   idempo_clock_offset_check, idempo_clock_offset_assign, NULL);
 	DefineCustomBoolVariable("idempo.direct_writes",
 							 "Whether new records and their completion bypass the SQL executor.",
 							 "On, a claim of a new key and the complete/fail of an attempt the same "
@@ -89,6 +93,14 @@ idempo_define_gucs(void)
 							 &idempo_direct_writes,
 							 true,
 							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("idempo.allow_drop_with_records",
+							 "Lets DROP EXTENSION idempo delete operations, open reviews and open conflicts.",
+							 "Off (the default), dropping the extension is refused while it holds them "
+							 "(drop_guard.c).",
+							 &idempo_allow_drop_with_records,
+							 false,
+							 PGC_SUSET, GUC_NOT_IN_SAMPLE,
 							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("idempo");
 }

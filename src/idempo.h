@@ -41,6 +41,8 @@
 
 #include "postgres.h"
 
+#include "compat.h"
+
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -80,6 +82,7 @@ typedef enum IdempoOutcome
 
 extern const char *const idempo_status_names[NUM_STATUSES];
 extern const char *const idempo_outcome_names[NUM_OUTCOMES];
+extern const char *idempo_status_phrase(IdempoStatus s);
 
 static inline bool
 idempo_status_finished(IdempoStatus s)
@@ -105,7 +108,6 @@ typedef struct IdempoCatalog
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
 	Oid			outcome_label[NUM_OUTCOMES];
-	bool		open_conflict_by_stored;	/* version >= 0.3.0 (see conflicts.c) */
 } IdempoCatalog;
 
 extern const IdempoCatalog *idempo_catalog(void);
@@ -190,6 +192,7 @@ extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oi
 extern char *idempo_scope_arg(FunctionCallInfo fcinfo, int argno);
 extern char *idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope);
 extern void idempo_hex_digest(const uint8 *data, size_t len, char *hex_out);
+extern char *idempo_bytea_arg_text(bytea *b);
 
 /* ---- fingerprint.c ---- */
 
@@ -198,7 +201,10 @@ extern void idempo_sha256(const uint8 *data, size_t len, uint8 *digest_out);
 
 /* ---- clock.c ---- */
 
-extern int	idempo_clock_offset_s;
+#include "utils/guc.h"
+extern char *idempo_clock_offset;
+extern bool idempo_clock_offset_check(char **newval, void **extra, GucSource source);
+extern void idempo_clock_offset_assign(const char *newval, void *extra);
 extern TimestampTz idempo_now(void);
 extern TimestampTz idempo_time_add(TimestampTz t, int64 usecs);
 extern int64 idempo_interval_usecs(Interval *iv);
@@ -254,7 +260,8 @@ typedef enum IdempoWorkerState
 	WORKER_STARTING,
 	WORKER_IDLE,
 	WORKER_SWEEPING,
-	WORKER_DISABLED
+	WORKER_DISABLED,
+	WORKER_SUBSCRIBER			/* the database's records come from a publisher: not swept */
 } IdempoWorkerState;
 
 typedef struct IdempoWorkerSlot
@@ -341,6 +348,7 @@ extern int	idempo_sweep_interval_ms;
 extern int	idempo_sweep_batch_size;
 extern bool idempo_worker_enabled;
 extern bool idempo_direct_writes;
+extern bool idempo_allow_drop_with_records;
 
 extern void idempo_define_gucs(void);
 extern bool idempo_database_listed(const char *name);
@@ -349,6 +357,14 @@ extern bool idempo_database_listed(const char *name);
 
 extern void idempo_register_launcher(void);
 extern void idempo_install_utility_hook(void);
+
+/* ---- replication.c: databases that receive idempo's tables by logical replication ---- */
+
+extern const char *idempo_records_subscription(void);
+extern const char *idempo_scopes_subscription(void);
+extern void idempo_refuse_on_subscriber(const char *scope, const char *key, const char *why);
+extern void idempo_refuse_sweep_on_subscriber(void);
+extern void idempo_refuse_scope_change_on_subscriber(void);
 
 /* ---- conflicts.c ---- */
 
@@ -375,6 +391,7 @@ extern bool idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id);
 extern void idempo_cq_withdraw(int slot);
 extern void idempo_cq_hand_over(int slot);
 extern void idempo_cq_sweeper_started(void);
+extern bool idempo_cq_pending(Oid database_id);
 extern TimestampTz idempo_cq_serve(void);
 
 /* ---- audit.c ---- */

@@ -13,6 +13,7 @@
 
 #include "citus.h"
 
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(idempo_stored_key);
@@ -29,6 +30,29 @@ idempo_hex_digest(const uint8 *data, size_t len, char *hex_out)
 		hex_out[2 * i + 1] = hexdigits[data[i] & 0xF];
 	}
 	hex_out[2 * len] = '\0';
+}
+
+/*
+ * A bytea argument as a message shows it: quoted text when it is short
+ * printable UTF-8 (a run id passed by position, say), else hex.
+ */
+char *
+idempo_bytea_arg_text(bytea *b)
+{
+	const char *data = VARDATA_ANY(b);
+	int			len = VARSIZE_ANY_EXHDR(b);
+	bool		printable = len > 0 && len <= 64 && pg_verify_mbstr(PG_UTF8, data, len, true);
+	char	   *hex;
+	int			i;
+
+	for (i = 0; printable && i < len; i++)
+		if ((unsigned char) data[i] < 0x20 || data[i] == 0x7f)
+			printable = false;
+	if (printable)
+		return psprintf("'%.*s' (as text)", len, data);
+	hex = palloc(2 * Min(len, 32) + 1);
+	idempo_hex_digest((const uint8 *) data, Min(len, 32), hex);
+	return psprintf("'\\x%s%s'", hex, len > 32 ? "..." : "");
 }
 
 /* The scope argument as a C string; refuses NULL, empty and oversized names. */
@@ -86,7 +110,8 @@ idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("key is %zu bytes long, the limit is %d (scope \"%s\")",
 						len, IDEMPO_MAX_KEY_BYTES, scope->name),
-				 errhint("Build keys from business identifiers; hash long ones yourself or use a hash_keys scope.")));
+				 errhint("Build keys from business identifiers, or pass a digest of a long one: encode(sha256(convert_to(key, 'UTF8')), 'hex').%s",
+						 scope->hash_keys ? " The limit applies to the clear key in hash_keys scopes too." : "")));
 	if (scope->hash_keys)
 	{
 		uint8		digest[IDEMPO_DIGEST_LEN];

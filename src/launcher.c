@@ -112,16 +112,20 @@ sweeper_running(ServedDatabase *db)
 			db->has_idempo = db->known_idempo = true;
 		return true;
 	}
-	db->has_idempo = false;
-	/*
-	 * It stopped (no extension, unlisted, or told to): look again later, or
-	 * at once if CREATE EXTENSION ran since it started (it may have looked
-	 * just before the extension was there).
-	 */
 	pfree(db->handle);
 	db->handle = NULL;
-	db->next_start = idempo_extension_generation() != db->started_generation ? 0 :
+
+	/*
+	 * A sweeper that served the database stopped (terminated, stopped for
+	 * database DDL, or the extension was dropped): start one again at once;
+	 * it leaves at once if there is no idempo any more.  One that only
+	 * looked found no idempo: look again later, or at once if CREATE
+	 * EXTENSION ran since it started (it may have looked just before the
+	 * extension was there).
+	 */
+	db->next_start = (db->has_idempo || idempo_extension_generation() != db->started_generation) ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+	db->has_idempo = db->known_idempo = false;
 	return false;
 }
 
@@ -174,7 +178,8 @@ launcher_round(bool recheck_all)
 				probing = true;
 			continue;
 		}
-		if (recheck_all)
+		/* conflicts handed over wait for a sweeper of this database: start one now */
+		if (recheck_all || idempo_cq_pending(db->database_id))
 			db->next_start = 0;
 		if (now >= db->next_start && !idempo_database_held(db->database_id, now))
 		{
@@ -230,7 +235,7 @@ idempo_launcher_main(Datum main_arg)
 	HASHCTL		ctl;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	/* a clean stop exits quietly (no FATAL in the log); exit code 0 also means: not restarted */
+	/* a clean stop, without a FATAL in the log; exit code 1: the postmaster restarts it */
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
@@ -248,7 +253,7 @@ idempo_launcher_main(Datum main_arg)
 
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
-			proc_exit(0);
+			proc_exit(1);
 		recheck = idempo_take_recheck_request();
 		if (ConfigReloadPending)
 		{

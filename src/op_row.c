@@ -177,6 +177,19 @@ op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer ti
 	char		nulls[2 + NUM_OP_COLS];
 
 	ItemPointerSetInvalid(tid);
+	if (unlikely(idempo_records_subscription() != NULL))
+	{
+		OpRow		existing;
+
+		/*
+		 * Where the records are a publisher's (replication.c), nothing is
+		 * inserted: an existing key is answered as ON CONFLICT DO NOTHING
+		 * would, so the claim goes on to read it; a new one is refused.
+		 */
+		if (op_row_read(scope, key, &existing, OP_READ_PLAIN))
+			return false;
+		idempo_refuse_on_subscriber(scope, key, NULL);
+	}
 	switch (op_direct_insert(scope, key, r, tid))
 	{
 		case OP_DIRECT_INSERTED:

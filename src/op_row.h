@@ -72,6 +72,10 @@ typedef enum OpCol
 	"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED"
 #define SWEEP_PURGE_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
 #define SWEEP_REVIEW_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+/* the detail of a retention_expired review; op_retention_detail() writes the same */
+#define SWEEP_REVIEW_DETAIL \
+	"pg_catalog.format('still %s at attempt %s when the scope''s retention ran out (first seen %s)', " \
+	"o.status, o.attempt, o.first_seen_at)"
 #define SWEEP_REVIEW_ON_CONFLICT "ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING"
 #define SWEEP_TO_REVIEW_REST \
 	"SET status = 'in_review', sweep_at = NULL, lease_expires_at = NULL " \
@@ -114,6 +118,7 @@ extern TimestampTz op_review_at(const OpRow *r, const IdempoScope *s);
 extern OpExpiry op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now,
 						  TimestampTz *next_due);
 extern void op_row_make_unknown(OpRow *r, const IdempoScope *s);
+extern char *op_retention_detail(const OpRow *r);
 
 /* direct.c: the hot writes through the access methods */
 typedef enum OpDirectResult
@@ -144,6 +149,7 @@ typedef enum OpKeyState
 {
 	KEY_QUIET,					/* no other transaction is changing the record */
 	KEY_IN_FLUX,				/* another running transaction inserts, updates or deletes it */
+	KEY_TABLE_LOCKED,			/* the primary key is locked by DDL: cannot look without waiting */
 	KEY_CANNOT_TELL
 } OpKeyState;
 

@@ -28,12 +28,22 @@
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 #include "op_row.h"
 
 #define OP_BY_KEY \
 	" FROM idempo.operations WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2"
+
+/* What a statement writes, for the check on logical-replication subscribers (replication.c). */
+typedef enum PlanWrites
+{
+	WRITES_NOTHING = 0,
+	WRITES_KEY_1,				/* the record of ($1 scope, $2 key) */
+	WRITES_KEY_2,				/* the record of ($2 scope, $3 key) */
+	WRITES_BATCH				/* rows of a sweep batch */
+} PlanWrites;
 
 typedef struct PlanDef
 {
@@ -43,6 +53,7 @@ typedef struct PlanDef
 	 * and arrays: a text[], z timestamptz[], o bool[], c tid[]
 	 */
 	const char *args;
+	PlanWrites	writes;
 } PlanDef;
 
 static const PlanDef plan_defs[NUM_PLANS] = {
@@ -57,7 +68,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"INSERT INTO idempo.operations (scope, key, " OP_COLUMNS ") "
 		"VALUES ($1, $2, $3, $4::idempo.status, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) "
 		"ON CONFLICT (scope, key) DO NOTHING",
-		"ttbtitTTTTTTjttji"
+		"ttbtitTTTTTTjttji",
+		WRITES_KEY_1
 	},
 	[PLAN_OP_SELECT_FOR_UPDATE] = {
 		"SELECT " OP_COLUMNS OP_BY_KEY " FOR UPDATE",
@@ -77,7 +89,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"completed_at = $10, expires_at = $11, sweep_at = $12, result = $13, target_ref = $14, "
 		"error = $15, params = $16, attempt_base = $17 "
 		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2",
-		"ttbtitTTTTTTjttji"
+		"ttbtitTTTTTTjttji",
+		WRITES_KEY_1
 	},
 
 	/*
@@ -100,7 +113,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"  OR status OPERATOR(pg_catalog.=) 'unknown'::idempo.status "
 		"  OR status OPERATOR(pg_catalog.=) 'retryable'::idempo.status "
 		"  OR ($10 AND status OPERATOR(pg_catalog.=) 'succeeded'::idempo.status))",
-		"ttitjttTTB"
+		"ttitjttTTB",
+		WRITES_KEY_1
 	},
 	[PLAN_OP_LOOKUP] = {
 		"SELECT o FROM idempo.operations o "
@@ -116,7 +130,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
 		"VALUES ($1, $2, $3, $4, $6::idempo.operations, $5) "
 		"ON CONFLICT (scope, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id",
-		"tttTtt"
+		"tttTtt",
+		WRITES_KEY_1
 	},
 	[PLAN_REVIEW_FIND_OPEN] = {
 		"SELECT id FROM idempo.reviews WHERE scope OPERATOR(pg_catalog.=) $1 "
@@ -126,13 +141,15 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_REVIEW_CLOSE] = {
 		"UPDATE idempo.reviews SET resolved_at = $3, resolved_by = $4, resolution = $5, note = $6 "
 		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 AND resolved_at IS NULL",
-		"ttTttt"
+		"ttTttt",
+		WRITES_KEY_1
 	},
 	[PLAN_EVENT_LOG] = {
 		"INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, "
 		"outcome, action, actor) VALUES ($1, $2, $3, $4, $5, $6::idempo.status, "
 		"$7::idempo.status, $8::idempo.outcome, $9, $10)",
-		"Ttttittttt"
+		"Ttttittttt",
+		WRITES_KEY_2
 	},
 
 	/*
@@ -145,27 +162,34 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 	[PLAN_SWEEP_PURGE] = {
 		"DELETE FROM idempo.operations o " SWEEP_PURGE_WHERE,
-		"c"
+		"c",
+		WRITES_BATCH
 	},
 	[PLAN_SWEEP_REVIEW] = {
-		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
-		"SELECT o.scope, o.key, 'retention_expired', $2, o FROM idempo.operations o "
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
+		"SELECT o.scope, o.key, 'retention_expired', $2, o, " SWEEP_REVIEW_DETAIL
+		" FROM idempo.operations o "
 		SWEEP_REVIEW_WHERE,
-		"cT"
+		"cT",
+		WRITES_BATCH
 	},
 	[PLAN_SWEEP_REVIEW_SAFE] = {
-		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation) "
-		"SELECT o.scope, o.key, 'retention_expired', $2, o FROM idempo.operations o "
+		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
+		"SELECT o.scope, o.key, 'retention_expired', $2, o, " SWEEP_REVIEW_DETAIL
+		" FROM idempo.operations o "
 		SWEEP_REVIEW_WHERE " " SWEEP_REVIEW_ON_CONFLICT,
-		"cT"
+		"cT",
+		WRITES_BATCH
 	},
 	[PLAN_SWEEP_TO_REVIEW] = {
 		"UPDATE idempo.operations o " SWEEP_TO_REVIEW_REST,
-		"c"
+		"c",
+		WRITES_BATCH
 	},
 	[PLAN_SWEEP_SET] = {
 		"UPDATE idempo.operations o " SWEEP_SET_REST,
-		"cazo"
+		"cazo",
+		WRITES_BATCH
 	},
 	/*
 	 * A repeat counts on the open conflict of the same stored and incoming
@@ -180,7 +204,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at), "
 		"occurrences = c.occurrences OPERATOR(pg_catalog.+) 1, run_id = excluded.run_id "
 		"RETURNING id",
-		"ttbbjjtTl"
+		"ttbbjjtTl",
+		WRITES_KEY_1
 	},
 	/* the same for objects of 0.1.0 and 0.2.0, which know open conflicts by the incoming request */
 	[PLAN_CONFLICT_RECORD_0_2] = {
@@ -191,7 +216,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at), "
 		"occurrences = c.occurrences OPERATOR(pg_catalog.+) 1, run_id = excluded.run_id "
 		"RETURNING id",
-		"ttbbjjtTl"
+		"ttbbjjtTl",
+		WRITES_KEY_1
 	},
 	[PLAN_CONFLICT_NEXT_ID] = {
 		"SELECT pg_catalog.nextval('idempo.conflicts_id_seq'::pg_catalog.regclass)",
@@ -291,6 +317,26 @@ execute_replanning(SPIPlanPtr plan, Datum *values, const char *nulls, long tcoun
 	return rc;
 }
 
+/* Refuses a write where the records are a subscription's (replication.c). */
+static void
+check_write(IdempoPlanId id, Datum *values)
+{
+	switch (plan_defs[id].writes)
+	{
+		case WRITES_NOTHING:
+			return;
+		case WRITES_KEY_1:
+			idempo_refuse_on_subscriber(TextDatumGetCString(values[0]), TextDatumGetCString(values[1]), NULL);
+			return;
+		case WRITES_KEY_2:
+			idempo_refuse_on_subscriber(TextDatumGetCString(values[1]), TextDatumGetCString(values[2]), NULL);
+			return;
+		case WRITES_BATCH:
+			idempo_refuse_on_subscriber(NULL, NULL, NULL);
+			return;
+	}
+}
+
 /* Runs one kept statement; returns SPI_processed. */
 int
 idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
@@ -298,6 +344,8 @@ idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcoun
 	SPIPlanPtr	plan = idempo_plan(id);
 	int			rc;
 
+	if (plan_defs[id].writes != WRITES_NOTHING && unlikely(idempo_records_subscription() != NULL))
+		check_write(id, values);
 	if (likely(SPI_plan_is_valid(plan)))
 		rc = SPI_execute_plan(plan, values, nulls, false, tcount);
 	else

@@ -115,8 +115,8 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 	if (r.status != STATUS_UNKNOWN)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot verify key \"%s\" in scope \"%s\": it is %s, not unknown",
-						key, s->name, idempo_status_names[r.status]),
+				 errmsg("cannot verify key \"%s\" in scope \"%s\": %s",
+						key, s->name, idempo_status_phrase(r.status)),
 				 r.status == STATUS_IN_PROGRESS ?
 				 errdetail("An attempt holds the lease until %s.", timestamptz_to_str(r.lease_expires_at)) : 0,
 				 r.status == STATUS_IN_PROGRESS ?
@@ -242,9 +242,9 @@ idempo_resolve(PG_FUNCTION_ARGS)
 	if (r.status != STATUS_UNKNOWN && r.status != STATUS_IN_REVIEW)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot resolve key \"%s\" in scope \"%s\": it is %s, not unknown or in_review",
-						key, s->name, idempo_status_names[r.status]),
-				 errhint("Put it in review first with idempo.request_review() if a person must decide.")));
+				 errmsg("cannot resolve key \"%s\" in scope \"%s\": %s",
+						key, s->name, idempo_status_phrase(r.status)),
+				 errhint("resolve() decides operations whose outcome is unknown or that are in review; put it in review first with idempo.request_review() if a person must decide.")));
 
 	if (strcmp(resolution, "succeeded") == 0)
 	{

@@ -104,7 +104,8 @@ idempo_scope_find(const char *name)
 	bool		found;
 
 	(void) idempo_catalog();	/* the cache is only valid with the catalog */
-	if (scope_cache == NULL || scope_cache_stale)
+	/* scopes replicated from a publisher change without a trigger telling us: read them afresh */
+	if (scope_cache == NULL || scope_cache_stale || unlikely(idempo_scopes_subscription() != NULL))
 		scope_cache_init();
 
 	entry = hash_search(scope_cache, name, HASH_FIND, NULL);
@@ -188,6 +189,7 @@ idempo_scopes_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("idempo.scopes_changed() must be called as a trigger")));
+	idempo_refuse_scope_change_on_subscriber();
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	if (RelationGetRelid(trigdata->tg_relation) != idempo_catalog()->scopes_relid)
 		CacheInvalidateRelcacheByRelid(idempo_catalog()->scopes_relid);

@@ -385,7 +385,7 @@ idempo_reset_counters(PG_FUNCTION_ARGS)
 Datum
 idempo_workers(PG_FUNCTION_ARGS)
 {
-	static const char *const state_names[] = {"starting", "idle", "sweeping", "disabled"};
+	static const char *const state_names[] = {"starting", "idle", "sweeping", "disabled", "subscriber"};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	IdempoWorkerSlot *slots;
 	int			nslots,

@@ -359,6 +359,7 @@ idempo_sweep(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	memset(&total, 0, sizeof(total));
 	idempo_spi_begin(&session);
+	idempo_refuse_sweep_on_subscriber();
 	idempo_sweep_batch(batch, idempo_now(), session.save_userid, &total, NULL, NULL);
 	if (total.rows_seen == 0 && idempo_citus_distributed() && idempo_citus_local_shards() == NIL)
 		ereport(NOTICE,

@@ -11,9 +11,12 @@
  * handled a full batch is followed at once by another; otherwise the
  * sweeper waits idempo.sweep_interval on its latch.  An error in a round is
  * logged, counted and survived.  What a round moved is logged per scope at
- * LOG after it committed; an empty round is silent.  The sweeper exits when
- * the database no longer has the extension, is no longer listed in
- * idempo.databases, or, quietly, on SIGTERM; postmaster death ends it.
+ * LOG after it committed; an empty round is silent.  A database whose
+ * records come from a publisher by logical replication is not swept: the
+ * sweeper looks each round, says so once, and waits (replication.c).  The
+ * sweeper exits when the database no longer has the extension, is no longer
+ * listed in idempo.databases, or on SIGTERM (quietly when idle, after
+ * recording the conflicts in hand); postmaster death ends it.
  *
  * It also records the conflicts that claims in its database hand it
  * (conflict_queue.c): its latch is set for each, and it serves them before
@@ -46,7 +49,8 @@ typedef enum RoundResult
 	ROUND_DONE,					/* nothing more due right now */
 	ROUND_FULL,					/* a full batch: more may be due */
 	ROUND_FAILED,
-	ROUND_NO_EXTENSION
+	ROUND_NO_EXTENSION,
+	ROUND_SUBSCRIBER			/* the records come from a publisher (replication.c) */
 } RoundResult;
 
 typedef struct ScopeMoves
@@ -56,6 +60,32 @@ typedef struct ScopeMoves
 } ScopeMoves;
 
 static char *dbname = NULL;		/* of the database this sweeper serves */
+static char *subscription = NULL;	/* the one whose target the records are; NULL: none */
+static volatile sig_atomic_t working = false;	/* in a transaction: SIGTERM must interrupt it */
+
+/*
+ * SIGTERM: while the sweeper works in a transaction, as die() (a lock wait
+ * or a wait for a synchronous standby must end); while it is idle, a quiet
+ * exit at the top of the loop, after the conflicts in hand are recorded.
+ */
+static void
+sweeper_sigterm(SIGNAL_ARGS)
+{
+	if (working)
+		die(postgres_signal_arg);
+	else
+		SignalHandlerForShutdownRequest(postgres_signal_arg);
+}
+
+/* Records what claims handed over, then leaves: they must not wait for the next sweeper. */
+static void
+sweeper_exit(void)
+{
+	working = true;
+	(void) idempo_cq_serve();
+	working = false;
+	proc_exit(0);
+}
 static List *round_moves = NIL;	/* ScopeMoves of the current round, in round_cxt */
 static MemoryContext round_cxt = NULL;
 
@@ -69,6 +99,28 @@ remember_moves(const char *scope, const IdempoSweepCounts *counts, void *arg)
 	m->counts = *counts;
 	round_moves = lappend(round_moves, m);
 	MemoryContextSwitchTo(old);
+}
+
+/* Says once when the database starts, or stops, receiving its records from a publisher. */
+static void
+note_subscription(const char *sub)
+{
+	if (sub == NULL && subscription == NULL)
+		return;
+	if (sub != NULL && subscription != NULL && strcmp(sub, subscription) == 0)
+		return;
+	if (sub != NULL)
+		ereport(LOG,
+				(errmsg("idempo sweeper: database \"%s\" receives idempo's records from subscription \"%s\": not sweeping it",
+						dbname, sub),
+				 errdetail("The publisher sweeps; its changes arrive by replication.")));
+	else
+		ereport(LOG,
+				(errmsg("idempo sweeper: database \"%s\" no longer receives idempo's records from a subscription: sweeping it",
+						dbname)));
+	if (subscription != NULL)
+		pfree(subscription);
+	subscription = sub ? MemoryContextStrdup(TopMemoryContext, sub) : NULL;
 }
 
 static RoundResult
@@ -90,6 +142,15 @@ sweep_round(void)
 	}
 	pgstat_report_activity(STATE_RUNNING, "idempo: sweeping");
 	idempo_spi_begin(&session);
+	note_subscription(idempo_records_subscription());
+	if (subscription != NULL)
+	{
+		idempo_spi_end(&session);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		return ROUND_SUBSCRIBER;
+	}
 	idempo_sweep_batch(batch, idempo_now(), session.save_userid, &total, remember_moves, NULL);
 	idempo_spi_end(&session);
 	PopActiveSnapshot();
@@ -159,8 +220,7 @@ idempo_sweeper_main(Datum main_arg)
 	bool		has_extension;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	/* a clean stop: finish what is in hand, exit quietly (no FATAL in the log) */
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, sweeper_sigterm);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(database_id, InvalidOid, 0);
 	if (!idempo_slot_register(database_id))
@@ -176,6 +236,7 @@ idempo_sweeper_main(Datum main_arg)
 		proc_exit(0);			/* the launcher only looked: it looks again later */
 	/* from now on it serves the database (the launcher no longer counts it as a look) */
 	idempo_slot_report(WORKER_IDLE, false, 0);
+	idempo_wake_launcher();		/* it may look at the next database now */
 	SetConfigOption("application_name", "idempo sweeper", PGC_USERSET, PGC_S_SESSION);
 
 	for (;;)
@@ -187,18 +248,20 @@ idempo_sweeper_main(Datum main_arg)
 
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
-			proc_exit(0);
+			sweeper_exit();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!idempo_database_listed(dbname))
-				proc_exit(0);
+				sweeper_exit();
 			next_round = 0;		/* a new interval or batch size applies from now */
 		}
 
 		/* conflicts first: a claim is waiting for each (conflict_queue.c) */
+		working = true;
 		conflict_retry = idempo_cq_serve();
+		working = false;
 
 		now = GetCurrentTimestamp();
 		if (now >= next_round)
@@ -208,7 +271,9 @@ idempo_sweeper_main(Datum main_arg)
 			if (idempo_worker_enabled && !RecoveryInProgress())
 			{
 				idempo_slot_report(WORKER_SWEEPING, false, 0);
+				working = true;
 				result = sweep_round_guarded();
+				working = false;
 				if (result == ROUND_NO_EXTENSION)
 					proc_exit(0);	/* the launcher looks again later */
 			}
@@ -219,8 +284,10 @@ idempo_sweeper_main(Datum main_arg)
 				continue;
 			}
 			next_round = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), idempo_sweep_interval_ms);
-			idempo_slot_report(idempo_worker_enabled ? WORKER_IDLE : WORKER_DISABLED,
-							   idempo_worker_enabled && result != ROUND_FAILED, next_round);
+			idempo_slot_report(!idempo_worker_enabled ? WORKER_DISABLED :
+							   result == ROUND_SUBSCRIBER ? WORKER_SUBSCRIBER : WORKER_IDLE,
+							   idempo_worker_enabled && result != ROUND_FAILED && result != ROUND_SUBSCRIBER,
+							   next_round);
 		}
 
 		/* sleep until the next round, a conflict that met a lock is due, or the latch is set */

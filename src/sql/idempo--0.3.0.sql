@@ -297,6 +297,12 @@ CREATE FUNCTION idempo.now() RETURNS timestamptz
     AS 'MODULE_PATHNAME', 'idempo_clock_now'
     LANGUAGE C VOLATILE PARALLEL SAFE;
 
+-- Raises 25006 where idempo's records come from a publisher by logical replication (the write
+-- check of the C functions, for resolve_conflict).
+CREATE FUNCTION idempo.refuse_on_subscriber(scope text, key text) RETURNS void
+    AS 'MODULE_PATHNAME', 'idempo_refuse_on_subscriber_sql'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- Statement trigger on idempo.scopes: tells every backend to drop its cached copy of the scopes.
 CREATE FUNCTION idempo.scopes_changed() RETURNS trigger
     AS 'MODULE_PATHNAME', 'idempo_scopes_changed'
@@ -554,6 +560,8 @@ BEGIN
         RAISE EXCEPTION 'conflict % does not exist', conflict_id
             USING ERRCODE = '42704', HINT = 'Open conflicts are listed in idempo.conflicts where resolved_at is null.';
     END IF;
+    -- where the records come from a publisher (logical replication), only the publisher resolves
+    PERFORM idempo.refuse_on_subscriber(c.scope, c.key);
     IF c.resolved_at IS NOT NULL THEN
         RAISE EXCEPTION 'conflict % (scope "%", key "%") was already resolved by % at %',
             conflict_id, c.scope, c.key, c.resolved_by, c.resolved_at
@@ -570,10 +578,11 @@ $$;
 -- What people look at
 ------------------------------------------------------------------------------------------------
 
--- Open reviews, oldest first, with how long each has waited.
+-- Open reviews, oldest first, with how long each has waited (never negative: a review opened under a
+-- test's idempo.clock_offset may lie in the future of a session without it).
 CREATE VIEW idempo.review_queue AS
 SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
-       idempo.now() OPERATOR(pg_catalog.-) r.opened_at AS waiting,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
        o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
        r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
 FROM idempo.reviews r
@@ -605,7 +614,8 @@ SELECT s.name AS scope, s.enabled,
        COALESCE(ops.failed, 0) AS failed, COALESCE(ops.retryable, 0) AS retryable,
        COALESCE(ops.unknown, 0) AS unknown, COALESCE(ops.in_review, 0) AS in_review,
        COALESCE(revs.open_reviews, 0) AS open_reviews,
-       idempo.now() OPERATOR(pg_catalog.-) revs.oldest AS oldest_review_wait,
+       CASE WHEN revs.oldest IS NOT NULL
+            THEN GREATEST(idempo.now() OPERATOR(pg_catalog.-) revs.oldest, '0'::interval) END AS oldest_review_wait,
        COALESCE(cons.open_conflicts, 0) AS open_conflicts
 FROM idempo.scopes s
 LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
@@ -627,7 +637,7 @@ $$;
 -- Open conflicts, oldest first, with what changed (when the scope stores params).
 CREATE VIEW idempo.conflict_queue AS
 SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
-       idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at AS waiting, c.run_id,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
        o.status AS stored_status, o.target_ref AS stored_target_ref,
        (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
                    'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
@@ -681,6 +691,22 @@ CREATE FUNCTION idempo.check_consistency()
       AND NOT EXISTS (SELECT FROM idempo.operations o
                       WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
 $$;
+
+------------------------------------------------------------------------------------------------
+-- Dropping the extension deletes every record: refused while records exist (src/drop_guard.c)
+------------------------------------------------------------------------------------------------
+
+-- DROP EXTENSION idempo, DROP SCHEMA idempo CASCADE and DROP OWNED BY the extension's owner are
+-- refused while operations, open reviews or open conflicts exist, unless a superuser set
+-- idempo.allow_drop_with_records.  A member of the extension (it goes with it), fired before the
+-- statement runs; ENABLE ALWAYS, so session_replication_role = replica does not skip it.
+CREATE FUNCTION idempo.drop_guard() RETURNS event_trigger
+    AS 'MODULE_PATHNAME', 'idempo_drop_guard'
+    LANGUAGE C;
+CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION idempo.drop_guard();
+ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 
 ------------------------------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC but fingerprint().  See README "Security" for the grant sets.

@@ -350,7 +350,7 @@ def summary(rep, orders, wh):
 def kill_postmaster_and_restart():
     """kill -9 of the postmaster, then start it again once its children are gone."""
     pgdata = os.environ['DEMO_PGDATA']
-    pgbin = os.environ.get('DEMO_PGBIN', '/usr/lib/postgresql/15/bin')
+    pgbin = os.environ['DEMO_PGBIN']  # test/demo/run: the server under test's bindir
     pid = int(open(os.path.join(pgdata, 'postmaster.pid')).readline())
     children = subprocess.run(['pgrep', '-P', str(pid)], capture_output=True, text=True).stdout.split()
     os.kill(pid, signal.SIGKILL)

@@ -1,11 +1,18 @@
 # Shared by the project's commands (test/run, test/demo/run, test/bench/run):
 # install what is missing, build and install idempo, run throwaway clusters.
-# Source it; it defines functions only (and ROOT, PGBIN).
+# Source it; it defines functions only (and ROOT, PG_MAJOR, PGBIN, PGXS_DIR).
 
-PG_MAJOR=15
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$ROOT/test/lib/servers.sh"
+
+# The PostgreSQL major under test: PG_MAJOR, else the one the host's Debian release packages.
+# Every path of a server is derived from it here, and only here.
+if [ -z "${PG_MAJOR:-}" ]; then
+  for PG_MAJOR in $SUPPORTED_MAJORS; do major_is_native "$PG_MAJOR" && break; done
+fi
 PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
 PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export PG_MAJOR
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "error: $*"; exit 2; }

@@ -69,6 +69,12 @@ lines(line) AS (
     UNION ALL
     SELECT format('trigger %s enabled=%s: %s', t.tgname, t.tgenabled, pg_get_triggerdef(t.oid))
     FROM pg_trigger t JOIN rels r ON r.oid = t.tgrelid WHERE NOT t.tgisinternal
+    -- event triggers: event, tags, enabled, function, owner
+    UNION ALL
+    SELECT format('event trigger %s on %s tags=%s enabled=%s function=%s owner=%s', et.evtname, et.evtevent,
+                  et.evttags, et.evtenabled, et.evtfoid::regprocedure, et.evtowner::regrole)
+    FROM pg_event_trigger et
+    WHERE et.oid IN (SELECT objid FROM members WHERE classid = 'pg_event_trigger'::regclass)
     -- rules other than views' own, and row security policies
     UNION ALL
     SELECT format('rule %s on %s: md5 %s', ru.rulename, ru.ev_class::regclass, md5(pg_get_ruledef(ru.oid)))

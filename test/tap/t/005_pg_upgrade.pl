@@ -1,8 +1,10 @@
 # pg_upgrade of a cluster that preloads idempo: while pg_upgrade has its servers up (binary
 # upgrade mode), no idempo launcher or sweeper may run and change data; afterwards every row is
 # there, the extension's objects are all present and work, and the worker sweeps again.
-# Old and new cluster are both PostgreSQL 15 (the only major version Debian 12 has); the
-# mechanics are the same as across major versions.
+# The old cluster is the same major as the new one, or the installation named by
+# IDEMPO_OLD_INSTALL (e.g. /usr/lib/postgresql/15, with idempo installed for it): test/run runs
+# this test both ways, the second from the previous supported major (15 -> 17, 17 -> 18), where
+# the old database also holds test/upgrade/fill.sql (every status, reviews, conflicts, events).
 use strict;
 use warnings;
 use File::Find;
@@ -17,7 +19,9 @@ my $digest = slurp_file("$src/dump/digest.sql");
 
 # The extension's members and every function's full definition and privileges (OID-free; a
 # NULL ACL is written out as the default it means: pg_upgrade may store an explicit ACL that
-# equals the default as NULL).
+# equals the default as NULL).  The implicit types -- a table's or view's row type, every array
+# type -- are left out: from PostgreSQL 16 on they are recorded as members too, so an upgrade
+# from 15 adds them, as a fresh install on the new major has them.
 my $objects = q{
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid)
        || CASE WHEN d.classid = 'pg_proc'::regclass
@@ -27,11 +31,16 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid)
                ELSE '' END
 FROM pg_depend d JOIN pg_extension e ON d.refobjid = e.oid
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND e.extname = 'idempo' AND d.deptype = 'e'
+  AND NOT coalesce(t.typcategory = 'A'
+                   OR (SELECT c.relkind <> 'c' FROM pg_class c WHERE c.oid = t.typrelid), false)
 ORDER BY 1};
 
-my $old = PostgreSQL::Test::Cluster->new('old');
+my $old_install = $ENV{IDEMPO_OLD_INSTALL};
+my $old = PostgreSQL::Test::Cluster->new('old', $old_install ? (install_path => $old_install) : ());
 $old->init;
+note('old cluster: PostgreSQL ' . $old->pg_version);
 $old->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'idempo'
 max_worker_processes = 16
@@ -66,15 +75,20 @@ SELECT idempo.claim('up.private', 'alice@example.com', complete_on_commit => tru
 SET idempo.clock_offset = '-2h';
 SELECT idempo.claim('up', 'due', '{"i": 0}');
 });
+$old->safe_psql('postgres', 'CREATE DATABASE filled');
+$old->safe_psql('filled', 'CREATE EXTENSION idempo');
+$old->safe_psql('filled', slurp_file("$src/upgrade/fill.sql"));
+my $filled_before = $old->safe_psql('filled', $digest);
 is($old->safe_psql('app', q{SELECT status || ' ' || (sweep_at < now()) FROM idempo.operations WHERE key = 'due'}),
    'in_progress true', 'an operation is due for the sweep before the upgrade');
 my $digest_before = $old->safe_psql('app', $digest);
 my $objects_before = $old->safe_psql('app', $objects);
 my $version = $old->safe_psql('app', q{SELECT extversion FROM pg_extension WHERE extname = 'idempo'});
-$old->stop;
 
 my $new = PostgreSQL::Test::Cluster->new('new');
-$new->init;
+note('new cluster: PostgreSQL ' . $new->pg_version);
+# initdb turns data checksums on by default from 18 on; pg_upgrade needs the old cluster's setting
+$new->init(($new->pg_version >= 18 && $old->pg_version < 18) ? (extra => ['--no-data-checksums']) : ());
 $new->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'idempo'
 max_worker_processes = 16
@@ -82,19 +96,44 @@ idempo.sweep_interval = '100ms'
 idempo.worker_enabled = off
 });
 
+# Debian's PostgreSQL 15.20 and 17.12 store an attribute option "pg_attver" on every column of
+# every table; a server that does not know that option (Debian's 18.6) refuses it when
+# pg_upgrade restores the schema, so pg_upgrade fails for any table, idempo's or not.  Then the
+# option is removed from the old cluster's catalogs first (it is not idempo's; the README says
+# so under Upgrades).
+$new->start;
+my ($probe_rc) = $new->psql('postgres', 'CREATE TEMP TABLE probe (a int); ALTER TABLE probe ALTER COLUMN a SET (pg_attver = 1)');
+$new->stop;
+if ($probe_rc != 0)
+{
+	for my $db ('template1', 'postgres', 'app', 'filled')
+	{
+		my $n = $old->safe_psql($db, q{
+SET allow_system_table_mods = on;
+WITH u AS (
+  UPDATE pg_catalog.pg_attribute
+  SET attoptions = nullif(array(SELECT o FROM unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%'), '{}')
+  WHERE attoptions::text LIKE '%pg_attver=%' RETURNING 1)
+SELECT count(*) FROM u});
+		note("PostgreSQL " . $new->pg_version . " does not know attribute option pg_attver: removed from $n columns of database $db");
+	}
+}
+$old->stop;
+
 # pg_upgrade, with the worker switched ON in both of its servers: if a launcher or sweeper ran
 # there, it would sweep the due operation at once (and log that it started)
+my $old_bindir = $old->config_data('--bindir');
 my $bindir = $new->config_data('--bindir');
 my $opts = '-c idempo.worker_enabled=on -c idempo.sweep_interval=100ms -c log_min_messages=debug1';
 $new->command_ok(
 	[
 		'pg_upgrade', '--no-sync', '--retain',
 		'-d', $old->data_dir, '-D', $new->data_dir,
-		'-b', $bindir, '-B', $bindir,
+		'-b', $old_bindir, '-B', $bindir,
 		'-s', $new->host, '-p', $old->port, '-P', $new->port,
 		'-o', $opts, '-O', $opts
 	],
-	'pg_upgrade from a cluster that preloads idempo');
+	'pg_upgrade from a cluster that preloads idempo (PostgreSQL ' . $old->pg_version . ' to ' . $new->pg_version . ')');
 
 my @server_logs;
 find(sub { push @server_logs, $File::Find::name if $_ eq 'pg_upgrade_server.log' },
@@ -109,8 +148,11 @@ unlike($server_log, qr/idempo launcher started|idempo sweeper|starting backgroun
 
 $new->start;
 is($new->safe_psql('app', $digest), $digest_before, 'every row of every idempo table and sequence is kept');
+is($new->safe_psql('filled', $digest), $filled_before, 'every row of the filled database (every status, reviews, conflicts, events) is kept');
 is($new->safe_psql('app', q{SELECT status FROM idempo.operations WHERE key = 'due'}), 'in_progress',
    'the due operation was not swept during the upgrade');
+is($new->safe_psql('filled', q{SELECT (idempo.claim('dump', 'k3', '{"i": 3}')).outcome}), 'replay',
+   'a claim of a key completed before the upgrade replays');
 is($new->safe_psql('app', $objects), $objects_before, 'the extension has the same objects and functions');
 is($new->safe_psql('app', q{SELECT extversion FROM pg_extension WHERE extname = 'idempo'}), $version,
    "extension version $version kept");

@@ -39,10 +39,15 @@ SELECT count(*) = $databases FROM idempo.workers() WHERE kind = 'sweeper' AND st
 }) or die 'not every database got its sweeper';
 pass("$databases sweepers serve $databases databases");
 
-# one session: reload, then a conflicting claim in a transaction that rolls back
+# one session: reload, then a conflicting claim in a transaction that rolls back; every 100th
+# time the database's sweeper is terminated first (the next claims find none until the launcher
+# has started another: they hand the row over for it)
 my $script = '';
 for my $n (1 .. $claims)
 {
+	$script .= q{SELECT count(pg_terminate_backend(pid)) >= 0 AS terminated FROM pg_stat_activity
+WHERE backend_type = 'idempo sweeper' AND datname = current_database();
+} if $n % 100 == 50;
 	$script .= qq{SELECT pg_reload_conf();
 BEGIN;
 SELECT outcome FROM idempo.claim('s', 'order-1', '{"qty":1, "n":$n}');
@@ -52,13 +57,55 @@ ROLLBACK;
 my ($stdout, $stderr);
 $node->psql('db1', $script, stdout => \$stdout, stderr => \$stderr, on_error_die => 1);
 is(scalar(() = $stdout =~ /^conflict$/mg), $claims, "$claims claims answered conflict");
+$node->poll_query_until('db1', qq{SELECT count(*) = $claims FROM idempo.conflicts WHERE key = 'order-1'});
 is($node->safe_psql('db1', q{SELECT count(*) FROM idempo.conflicts WHERE key = 'order-1'}), $claims,
-   "$claims conflict rows after $claims rollbacks");
+   "$claims conflict rows after $claims rollbacks, with the sweeper terminated 10 times");
 is($node->safe_psql('db1', q{SELECT count(DISTINCT incoming_params) FROM idempo.conflicts}), $claims,
    'each with its own request');
 unlike($stderr, qr/recorded in the current transaction only/, 'no conflict was kept only in a rolled-back transaction');
 ok(!$node->log_contains(qr/could not record a conflict/), 'the sweeper recorded every one');
 
+my $db1_sweeper = sub {
+	$node->safe_psql('db1', q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempo sweeper'
+							  AND datname = 'db1'});
+};
+
+# A claim holding a lock that the sweeper's round queues behind (a cycle the deadlock detector
+# cannot see): the claim takes its request back after a second and records the conflict itself;
+# the sweeper records it when the claim's transaction rolls back.
+$node->safe_psql('db1', q{ALTER SYSTEM SET idempo.sweep_interval = '100ms'; SELECT pg_reload_conf();});
+my $holder = $node->background_psql('db1');
+$holder->query_safe('BEGIN');
+$holder->query_safe('LOCK TABLE idempo.operations IN EXCLUSIVE MODE');
+$node->poll_query_until('db1', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'idempo sweeper' AND datname = 'db1' AND wait_event_type = 'Lock'})
+  or die 'the sweeper did not queue behind the lock';
+is($holder->query_safe(q{SELECT outcome FROM idempo.claim('s', 'order-1', '{"qty":1, "n":"cycle"}')}),
+   'conflict', 'a claim whose sweeper waits for the claim\'s own lock answers');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+ok($node->poll_query_until('db1', q{SELECT count(*) = 1 FROM idempo.conflicts WHERE incoming_params->>'n' = 'cycle'}),
+   'and its conflict is recorded after its rollback');
+
+# A claim that ends (terminated) while it waits for the sweeper: the sweeper still records it.
+my $sweeper = $db1_sweeper->();
+kill 'STOP', $sweeper;
+my $waiter = $node->background_psql('db1', on_error_stop => 0);
+$waiter->query_until(qr/started/, q{\echo started
+SELECT outcome FROM idempo.claim('s', 'order-1', '{"qty":1, "n":"terminated"}');
+});
+$node->poll_query_until('db1', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE query LIKE '%"terminated"%' AND wait_event = 'Extension' AND backend_type = 'client backend'})
+  or die 'the claim did not wait for the sweeper';
+$node->safe_psql('db1', q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE query LIKE '%"terminated"%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()});
+kill 'CONT', $sweeper;
+$waiter->quit;
+ok($node->poll_query_until('db1', q{SELECT count(*) = 1 FROM idempo.conflicts WHERE incoming_params->>'n' = 'terminated'}),
+   'a claim terminated while waiting: its conflict is recorded');
+
+my $log_offset = -s $node->logfile;
 $node->stop;
-ok(!$node->log_contains(qr/FATAL/), 'a clean shutdown logs no FATAL line');
+ok(!$node->log_contains(qr/FATAL/, $log_offset), 'a clean shutdown logs no FATAL line');
+ok(!$node->log_contains(qr/could not record a conflict/), 'nothing failed to record');
 done_testing();

@@ -1,0 +1,94 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  Every difference between the PostgreSQL majors idempo builds against
+ *	  (15, 17 and 18), in one place.
+ *
+ * Each difference is a macro or a small static inline named after the
+ * newest API, so the rest of the code is written for PostgreSQL 18 and
+ * reads that way; this is the only file that tests PG_VERSION_NUM.  A macro
+ * that keeps the name of the function it adapts expands to that function
+ * with the older argument list (a function-like macro does not expand
+ * inside its own expansion), so the headers declaring those functions are
+ * included first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPO_COMPAT_H
+#define IDEMPO_COMPAT_H
+
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "catalog/pg_database.h"
+#include "executor/executor.h"
+#include "utils/acl.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+
+#if PG_VERSION_NUM < 150000
+#error "idempo needs PostgreSQL 15 or later"
+#endif
+
+/*
+ * PostgreSQL 16
+ */
+#if PG_VERSION_NUM < 160000
+
+/* the ownership test of any catalog object (16: one function for all of them) */
+static inline bool
+object_ownercheck(Oid classid, Oid objectid, Oid roleid)
+{
+	if (classid != DatabaseRelationId)
+		elog(ERROR, "object_ownercheck: class %u is not supported before PostgreSQL 16", classid);
+	return pg_database_ownercheck(objectid, roleid);
+}
+
+/* which index entries an update needs (16: told by simple_heap_update) */
+typedef enum TU_UpdateIndexes
+{
+	TU_None,					/* a HOT update: no new index entries */
+	TU_All,						/* a new entry in every index */
+	TU_Summarizing				/* only summarizing (BRIN) indexes: 16 and later */
+} TU_UpdateIndexes;
+
+/* before 16 an update is either HOT (no index entries) or needs them all */
+#define simple_heap_update(relation, otid, tup, update_indexes) \
+	(simple_heap_update((relation), (otid), (tup)), \
+	 *(update_indexes) = HeapTupleIsHeapOnly(tup) ? TU_None : TU_All)
+
+/* onlySummarizing (16): before 16 no update leaves only summarizing indexes to fill */
+#define ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict, \
+							  arbiterIndexes, onlySummarizing) \
+	(AssertMacro(!(onlySummarizing)), \
+	 ExecInsertIndexTuples((resultRelInfo), (slot), (estate), (update), (noDupErr), \
+						   (specConflict), (arbiterIndexes)))
+
+/* relfilenodes became relfilelocators (16) */
+#define rd_firstRelfilelocatorSubid rd_firstRelfilenodeSubid
+
+#endif							/* PG_VERSION_NUM < 160000 */
+
+/*
+ * PostgreSQL 18
+ */
+#if PG_VERSION_NUM < 180000
+
+/* deferrable_ok (18): before 18 the relcache never reports a deferrable primary key */
+#define RelationGetPrimaryKeyIndex(relation, deferrable_ok) \
+	(AssertMacro(!(deferrable_ok)), RelationGetPrimaryKeyIndex(relation))
+
+/* tupleid (18): the row being updated, for WITHOUT OVERLAPS constraints; NULL for an insert */
+#define ExecCheckIndexConstraints(resultRelInfo, slot, estate, conflictTid, tupleid, arbiterIndexes) \
+	(AssertMacro((tupleid) == NULL), \
+	 ExecCheckIndexConstraints((resultRelInfo), (slot), (estate), (conflictTid), (arbiterIndexes)))
+
+/* instrument (18): EXPLAIN ANALYZE's counters for the scan; idempo passes NULL */
+#define index_beginscan(heapRelation, indexRelation, snapshot, instrument, nkeys, norderbys) \
+	(AssertMacro((instrument) == NULL), \
+	 index_beginscan((heapRelation), (indexRelation), (snapshot), (nkeys), (norderbys)))
+
+#endif							/* PG_VERSION_NUM < 180000 */
+
+#endif							/* IDEMPO_COMPAT_H */
