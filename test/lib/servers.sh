@@ -69,9 +69,10 @@ ensure_chroot() {
   fi
   [ -f /etc/ssl/certs/ca-certificates.crt ] && mkdir -p "$dir/etc/ssl/certs" &&
     cp -f /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
-  # no recommends; keep our createcluster.conf; a development distribution's Release file may be
-  # past its Valid-Until on a mirror that is a snapshot
-  printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; };' \
+  # no recommends; keep our createcluster.conf; no fsync while unpacking (a test chroot: half
+  # the install time); a development distribution's Release file may be past its Valid-Until
+  # on a mirror that is a snapshot
+  printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; "--force-unsafe-io"; };' \
     'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/90idempo"
   # shellcheck disable=SC2046
   in_chroot "$m" bash -c '
@@ -210,9 +211,13 @@ prepare_old_major() {
     (cd "$dl" && { apt-get download -q $pkgs || { apt-get update -qq && apt-get download -q $pkgs; }; } >/dev/null 2>&1) \
       || { echo "apt-get download $pkgs failed"; return 1; }
   else
-    ensure_chroot "$old" >&2 || { echo "no chroot for PostgreSQL $old"; return 1; }
     olddir=$(chroot_dir_of "$old")
+    [ -f "$olddir/.idempo-chroot" ] || ensure_chroot "$old" >&2 || { echo "no chroot for PostgreSQL $old"; return 1; }
     dl=$(mktemp -d "$olddir/tmp/idempo-old-debs.XXXXXX") || return 1
+    # the packages the old chroot installed are in its apt archive (no need to enter it, which
+    # a run there may be using); else download them there
+    for f in $pkgs; do cp "$olddir/var/cache/apt/archives/${f}_"*.deb "$dl/" 2>/dev/null || break; done
+    [ "$(find "$dl" -name '*.deb' | wc -l)" -eq 3 ] ||
     (flock 8; in_chroot "$old" bash -c "cd '${dl#"$olddir"}' && { apt-get download -q $pkgs || { apt-get update -qq && apt-get download -q $pkgs; }; }" >/dev/null 2>&1) 8>"$olddir.lock" \
       || { echo "apt-get download $pkgs failed in the $(debian_release_of "$old") chroot"; return 1; }
   fi
