@@ -25,13 +25,14 @@
 #include "utils/resowner.h"
 
 /*
- * Runs body(arg) in a subtransaction.  Returns true if it succeeded
- * (committed into the caller's transaction), false if it failed with
- * SQLSTATE expected (everything it did undone, the error discarded); any
- * other error is re-thrown after the rollback.
+ * Runs body(arg) in a subtransaction, which is then kept (committed into
+ * the caller's transaction) or rolled back.  Returns true if body
+ * succeeded, false if it failed with SQLSTATE expected (everything it did
+ * undone, the error discarded); any other error is re-thrown after the
+ * rollback.
  */
-bool
-idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
+static bool
+run_in_subxact(void (*body) (void *arg), void *arg, bool keep, int expected)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -42,7 +43,10 @@ idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
 	PG_TRY();
 	{
 		body(arg);
-		ReleaseCurrentSubTransaction();
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 	}
@@ -56,13 +60,23 @@ idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != expected)
+		if (expected == 0 || edata->sqlerrcode != expected)
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		done = false;
 	}
 	PG_END_TRY();
 	return done;
+}
+
+/*
+ * Runs body(arg) in a subtransaction kept on success; false (everything
+ * undone) if it failed with SQLSTATE expected, any other error re-thrown.
+ */
+bool
+idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
+{
+	return run_in_subxact(body, arg, true, expected);
 }
 
 /*
@@ -73,29 +87,5 @@ idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected)
 void
 idempo_in_undone_subxact(void (*body) (void *arg), void *arg)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		body(arg);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
+	(void) run_in_subxact(body, arg, false, 0);
 }
