@@ -99,8 +99,8 @@ idempo_clock_offset_check(char **newval, void **extra, GucSource source)
 		GUC_check_errdetail("The offset may be at most 100 years either way.");
 		return false;
 	}
-	/* GUC frees this with free(); guc_malloc() is not exported by every supported major */
-	*extra = malloc(sizeof(int64));
+	/* GUC frees this itself: it must come from guc_malloc (src/compat.h before 16) */
+	*extra = guc_malloc(LOG, sizeof(int64));
 	if (*extra == NULL)
 		return false;
 	*(int64 *) *extra = usecs;

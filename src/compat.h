@@ -24,6 +24,7 @@
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
 
@@ -67,6 +68,20 @@ typedef enum TU_UpdateIndexes
 
 /* relfilenodes became relfilelocators (16) */
 #define rd_firstRelfilelocatorSubid rd_firstRelfilenodeSubid
+
+/*
+ * A GUC check hook's "extra" (16: guc_malloc, in GUC's own memory context, freed with pfree;
+ * before, GUC freed it with free(): malloc)
+ */
+static inline void *
+guc_malloc(int elevel, size_t size)
+{
+	void	   *p = malloc(size);
+
+	if (p == NULL)
+		ereport(elevel, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	return p;
+}
 
 #endif							/* PG_VERSION_NUM < 160000 */
 
