@@ -731,6 +731,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 		ans.conflict_id = idempo_record_conflict(&c);
 	}
 
+	if (ans.outcome == OUTCOME_ACQUIRED)
+		idempo_durability_acquired(a.scope, a.key);
 	idempo_count(COUNTER_CLAIMS + ans.outcome, 1);
 	result = build_result(fcinfo, &ans);
 	PG_RETURN_DATUM(result);
