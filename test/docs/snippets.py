@@ -89,6 +89,40 @@ def blocks_of(path, rel):
     return [b for b in found if b.lang in RUN], problems
 
 
+def slugs_of(path):
+    """GitHub's anchors for the headings of a Markdown file (outside fences)."""
+    seen, out, fence = {}, set(), None
+    for line in open(path, encoding='utf-8').read().split('\n'):
+        m = re.match(r'^\s*(`{3,}|~{3,})', line)
+        if m:
+            fence = None if fence and m.group(1)[0] == fence else (fence or m.group(1)[0])
+            continue
+        h = None if fence else re.match(r'^#{1,6}\s+(.*?)\s*#*\s*$', line)
+        if h:
+            slug = re.sub(r'[^\w\- ]', '', h.group(1).lower()).replace(' ', '-')
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f'{slug}-{n}')
+    return out
+
+
+def broken_links(path, rel, root):
+    """Relative links whose file or heading does not exist: [str]."""
+    text = re.sub(r'(?ms)^\s*(`{3,}|~{3,}).*?^\s*\1\s*$', '', open(path, encoding='utf-8').read())
+    text = re.sub(r'`[^`\n]*`', '', text)
+    problems = []
+    for target in re.findall(r'\]\(([^)\s]+)\)', text):
+        if re.match(r'^[a-z]+:', target):
+            continue
+        file, _, anchor = target.partition('#')
+        dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+        if not os.path.realpath(dest).startswith(os.path.realpath(root)) or not os.path.exists(dest):
+            problems.append(f'{rel}: link to {target}: no such file')
+        elif anchor and dest.endswith('.md') and anchor not in slugs_of(dest):
+            problems.append(f'{rel}: link to {target}: no such heading')
+    return problems
+
+
 def normalize(text):
     out = []
     for line in text.split('\n'):
@@ -179,6 +213,7 @@ def main():
     for n, path in enumerate(a.files, 1):
         rel = os.path.relpath(path, a.root)
         blocks, problems = blocks_of(path, rel)
+        problems += broken_links(path, rel, a.root)
         for p in problems:
             print(f'FAILED  {p}')
             failed += 1
