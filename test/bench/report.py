@@ -376,7 +376,7 @@ w("""- `test/bench/run` installs what it needs, builds and installs idempo, star
   core 0 with pgbench (`taskset -c 0 pgbench`): unpinned single-client numbers on these VMs are
   dominated by cross-core wake-ups. `synchronous_commit` is set per run with `PGOPTIONS`.
 - TPS is pgbench's; latencies (avg, p99) come from `pgbench --log` (one line per transaction).
-- Claims are called as `SELECT (idempo.claim(...)).outcome`, the README's form for hot paths (a
+- Claims are called as `SELECT (idempo.claim(...)).outcome`, the form docs/performance.md recommends for hot paths (a
   function in `FROM` is materialized through a tuplestore).
 - `test/bench/profile [VARIANT] [SECONDS]` profiles one variant's backend with
   `perf record -e cpu-clock -g` (same setup, pinned, one client) and prints the top symbols.

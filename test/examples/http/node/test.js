@@ -138,7 +138,7 @@ async function main() {
       first = await post('/orders', order, key);
       assert.equal(first.status, 201);
       assert.deepEqual({ ...JSON.parse(first.body), id: undefined }, { ...order, id: undefined });
-      assert.equal(typeof JSON.parse(first.body).id, 'number');     // as in the README and the Python service
+      assert.equal(typeof JSON.parse(first.body).id, 'number');     // as in the docs and the Python service
       assert.equal(first.headers.location, undefined);               // there is no GET /orders/{id}
       assert.equal(first.headers['idempotent-replayed'], undefined);
     });
