@@ -31,6 +31,7 @@ OUTPUT = 'output'
 REFUSED = {'bash', 'shell', 'zsh', 'psql', 'pgsql', 'postgres', 'postgresql', 'plpgsql', 'plsql'}
 MARK = '@@docs-block-end@@'
 BLOCK_TIMEOUT = 300
+README_FIRST_CLAIM = 80           # lines
 CREATES_EXTENSION = re.compile(r'create\s+extension\s+(if\s+not\s+exists\s+)?"?idempo"?\s*(;|with|schema|version|cascade|$)',
                                re.I | re.M)
 FENCE = re.compile(r'^( {0,3}|\s*)(`{3,}|~{3,})\s*([^\s`]*)(.*)$')
@@ -214,6 +215,13 @@ def main():
         rel = os.path.relpath(path, a.root)
         blocks, problems = blocks_of(path, rel)
         problems += broken_links(path, rel, a.root)
+        if rel == 'README.md':
+            # the README shows a claim early: a reader meets the API within the first screens
+            first = next((b.line + b.text.split('\n').index(l) + 1 for b in blocks if b.lang == 'sql'
+                          for l in b.text.split('\n') if 'idempo.claim(' in l), None)
+            if first is None or first > README_FIRST_CLAIM:
+                problems.append(f'{rel}: the first idempo.claim( of a sql block is on line {first}, '
+                                f'not within the first {README_FIRST_CLAIM}')
         for p in problems:
             print(f'FAILED  {p}')
             failed += 1
