@@ -7,7 +7,7 @@
  *	  SPI, planning or executor start-up.
  *
  * Through SQL these two writes cost more than everything else idempo does
- * together (see BENCHMARKS.md).  Done here they follow the same protocol
+ * together (see docs/benchmarks.md).  Done here they follow the same protocol
  * as the SQL they replace:
  *
  * - the insert is a speculative insertion exactly as INSERT ... ON

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes BENCHMARKS.md from the result files of test/bench/run, and scale.dat for plot.gp.
+"""Writes docs/benchmarks.md from the result files of test/bench/run, and scale.dat for plot.gp.
 
 usage: report.py RESULTS_DIR OUT.md PLOT_FILE_NAME
 Medians are over rounds.  TPS ratios and added costs are computed per round (each variant against
@@ -100,7 +100,7 @@ PATHS = {
     "conflict": "same key, different params → `conflict`, recorded by a background worker",
 }
 
-# ---- targets (issue 6), from the pinned single-client sync-off mode --------------------------
+# ---- design targets, from the pinned single-client sync-off mode --------------------------
 A = "1pin-off"
 # added costs: median over rounds of (variant - baseline) µs; their ratios are ratios of medians
 # (a per-round ratio of two small differences is too noisy); TPS ratios are medians per round
@@ -145,7 +145,7 @@ targets = [
      f"{fmt(add['idempo_one_call'])} µs vs {fmt(add['floor'])} µs = {fmt(t_one_floor, '.2f')}×; vs the bare "
      f"insert of the same record (`floor_record`, {fmt(add.get('floor_record'))} µs): {fmt(t_one_record, '.2f')}×",
      verdict(t_one_floor, 1.5)),
-    ("One-call TPS ≥ 1.5 × PL/pgSQL reference (the issue's restatement)", f"{fmt(t_one_ref, '.2f')}×",
+    ("One-call TPS ≥ 1.5 × PL/pgSQL reference", f"{fmt(t_one_ref, '.2f')}×",
      verdict(t_one_ref, 1.5, False)),
     (f"Claim latency at {lo and f'{hi:,}'} stored ≤ 1.3 × at {lo and f'{lo:,}'}",
      f"avg {fmt(t_scale_avg, '.2f')}× (p99 {fmt(t_scale_p99, '.2f')}×); the bare dedup insert alone: "
@@ -169,7 +169,7 @@ if short:
       "The numbers below mean nothing.\n")
 w("What idempo adds to a protected write transaction, against the floor (a bare dedup insert) and "
   "against the same protection written by hand; the replay, conflict and busy paths; claim latency "
-  "against stored operations; the sweep; space. Written by `test/bench/run` (issue 6); every full "
+  "against stored operations; the sweep; space. Written by `test/bench/run`; every full "
   "run rewrites this file. The machine is shared and noisy: read the **ratios** and **medians of "
   f"{meta.get('rounds')} rounds** (variants run one after the other, their order rotated every "
   "round; each ratio is taken within a round; the pinned `synchronous_commit = off` mode the "
@@ -183,7 +183,7 @@ w(f"- Cluster: throwaway, Unix socket only; {meta.get('settings')}; pinned serve
   f"core {meta.get('server_affinity')}")
 w(f"- Runs: `pgbench -M prepared`, {meta.get('lengths')}; pgbench runs {meta.get('failed')} failed\n")
 
-w("## Targets (issue 6)\n")
+w("## Design targets\n")
 w("Measured with one client, server and pgbench pinned to one core, `synchronous_commit = off`, "
   f"median of {meta.get('target_rounds', meta.get('rounds'))} rounds; "
   "\"added cost\" = µs per transaction minus the baseline's, per round.\n")
@@ -267,7 +267,7 @@ with open(os.path.join(res, "scale.dat"), "w") as dat:
           f"{fmt(div(p, scale[lo][1]), '.2f')} | {fmt(fa) if fa else ''} | "
           f"{fmt(div(fa, fscale[lo][0]), '.2f') if fa else ''} |")
         dat.write(f"{n} {a or 0} {p or 0}\n")
-w(f"\n![claim latency against stored operations](test/bench/{plot_name})\n")
+w(f"\n![claim latency against stored operations](../test/bench/{plot_name})\n")
 
 w("## 4. Sweep\n")
 w(f"`idempo.sweep(10000)` called until it returns zeros, committing after each call (`sweep.sql`), "
@@ -376,7 +376,7 @@ w("""- `test/bench/run` installs what it needs, builds and installs idempo, star
   core 0 with pgbench (`taskset -c 0 pgbench`): unpinned single-client numbers on these VMs are
   dominated by cross-core wake-ups. `synchronous_commit` is set per run with `PGOPTIONS`.
 - TPS is pgbench's; latencies (avg, p99) come from `pgbench --log` (one line per transaction).
-- Claims are called as `SELECT (idempo.claim(...)).outcome`, the README's form for hot paths (a
+- Claims are called as `SELECT (idempo.claim(...)).outcome`, the form docs/performance.md recommends for hot paths (a
   function in `FROM` is materialized through a tuplestore).
 - `test/bench/profile [VARIANT] [SECONDS]` profiles one variant's backend with
   `perf record -e cpu-clock -g` (same setup, pinned, one client) and prints the top symbols.

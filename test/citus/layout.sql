@@ -1,4 +1,4 @@
--- idempo on Citus: the supported layout (README "Scale-out with Citus").
+-- idempo on Citus: the supported layout (docs/scale-out.md).
 -- Run once on the coordinator, as a superuser, after CREATE EXTENSION citus on every node,
 -- citus_set_coordinator_host() and citus_add_node() of the workers, and CREATE EXTENSION idempo
 -- on the coordinator (Citus creates it on every node), before the first scope is created.

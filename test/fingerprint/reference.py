@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent implementation of idempo's canonical fingerprint encoding (README, "Fingerprints").
+"""An independent implementation of idempo's canonical fingerprint encoding (docs/fingerprints.md).
 
     reference.py generate N SEED   prints N random JSON documents, one per line, tab, their SHA-256
     reference.py vectors           prints the published test vectors

@@ -7,7 +7,7 @@ CREATE SCHEMA shop;
 
 -- POST /orders writes one row here, in the same transaction as its claim.
 CREATE TABLE shop.orders (
-    id         bigserial PRIMARY KEY,
+    id         integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,   -- a JSON number in every client
     customer   text NOT NULL,
     sku        text NOT NULL,
     qty        integer NOT NULL CHECK (qty > 0),
@@ -18,8 +18,8 @@ CREATE TABLE shop.orders (
 -- same transaction as complete().  charge_id is unique as a last line of defence: the provider
 -- answers a retried charge with the charge it already made.
 CREATE TABLE shop.payments (
-    id           bigserial PRIMARY KEY,
-    order_id     bigint NOT NULL,
+    id           integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    order_id     integer NOT NULL,
     amount_cents integer NOT NULL CHECK (amount_cents > 0),
     charge_id    text NOT NULL UNIQUE,
     created_at   timestamptz NOT NULL DEFAULT now()

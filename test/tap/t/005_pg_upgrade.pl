@@ -99,8 +99,8 @@ idempo.worker_enabled = off
 # Debian's PostgreSQL 15.20 and 17.12 store an attribute option "pg_attver" on every column of
 # every table; a server that does not know that option (Debian's 18.6) refuses it when
 # pg_upgrade restores the schema, so pg_upgrade fails for any table, idempo's or not.  Then the
-# option is removed from the old cluster's catalogs first (it is not idempo's; the README says
-# so under Upgrades).
+# option is removed from the old cluster's catalogs first (it is not idempo's; docs/upgrading.md says
+# so).
 $new->start;
 my ($probe_rc) = $new->psql('postgres', 'CREATE TEMP TABLE probe (a int); ALTER TABLE probe ALTER COLUMN a SET (pg_attver = 1)');
 $new->stop;

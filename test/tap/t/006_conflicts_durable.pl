@@ -1,5 +1,5 @@
 # Conflicts survive the rollback of the claim's transaction without needing a free worker slot.
-# max_worker_processes is sized by the README's rule and no more: the launcher, one sweeper per
+# max_worker_processes is sized by the rule in docs/operations.md and no more: the launcher, one sweeper per
 # database with idempo (10 here), and one for the launcher's look at databases without idempo.
 # Before every conflicting claim the configuration is reloaded, which makes the launcher look at
 # the databases again (with the old design, a background worker per conflict, 11-12 of 40

@@ -4,14 +4,17 @@
 //   POST /orders    {customer, sku, qty}      one transaction: claim + INSERT + complete
 //   POST /payments  {order_id, amount_cents}  two transactions around a call to the payment
 //                                             provider (PROVIDER_URL), which honours our key
-// Environment: PGHOST, PGPORT, PGDATABASE, PGUSER (libpq's names), PROVIDER_URL, HTTP_PORT
-// (0: any free port).  Listens on 127.0.0.1 only and prints "listening on http://127.0.0.1:PORT".
+// Environment: PGHOST, PGPORT, PGDATABASE, PGUSER (libpq's names; without PGHOST, Debian's socket
+// directory, as libpq does there), PROVIDER_URL, HTTP_PORT (0: any free port).  Checks the
+// database first and exits with status 1 if it cannot use it; then listens on 127.0.0.1 only and
+// prints "listening on http://127.0.0.1:PORT".
 const http = require('node:http');
 const { Pool } = require('pg');
 const { serve, send, json, problem, Refusal } = require('./idempotency');
 const { request: httpRequest } = require('./client');
 
-const pool = new Pool({ application_name: 'idempo-http-node' });
+// node-postgres, unlike libpq, defaults to TCP on localhost; use the Unix socket as psql does.
+const pool = new Pool({ host: process.env.PGHOST || '/var/run/postgresql', application_name: 'idempo-http-node' });
 const PROVIDER_URL = process.env.PROVIDER_URL ?? 'http://127.0.0.1:9099';
 
 function requireJsonObject(request) {
@@ -40,7 +43,7 @@ async function createOrder(db, request) {
   const { rows: [order] } = await db.query(
     'INSERT INTO shop.orders (customer, sku, qty) VALUES ($1, $2, $3) RETURNING id, customer, sku, qty',
     [customer, sku, qty]);
-  return json(201, order, { location: `/orders/${order.id}` });
+  return json(201, order);
 }
 
 function validatePayment(request) {
@@ -68,7 +71,7 @@ async function recordPayment(db, request, charge) {
     `INSERT INTO shop.payments (order_id, amount_cents, charge_id) VALUES ($1, $2, $3)
      RETURNING id, order_id, amount_cents, charge_id`,
     [request.json.order_id, request.json.amount_cents, charge.id]);
-  return json(201, payment, { location: `/payments/${payment.id}` });
+  return json(201, payment);
 }
 
 const routes = new Map([
@@ -87,8 +90,26 @@ const server = http.createServer(async (req, res) => {
   }
 });
 
-server.listen(Number(process.env.HTTP_PORT ?? 8080), '127.0.0.1', () => {
-  console.log(`listening on http://127.0.0.1:${server.address().port}`);
+// Fail at start-up, loudly, rather than answer every request with 500: the database must be
+// reachable, with schema.sql loaded (the shop's tables and both scopes).
+async function checkDatabase() {
+  try {
+    await pool.query(`SELECT 'shop.orders'::regclass, 'shop.payments'::regclass,
+                             idempo.lookup('http.orders', 'start-up check'), idempo.lookup('http.payments', 'start-up check')`);
+  } catch (err) {
+    const user = process.env.PGUSER ?? process.env.USER;
+    const where = `host=${pool.options.host} port=${process.env.PGPORT ?? 5432} ` +
+      `dbname=${process.env.PGDATABASE ?? user} user=${user}`;
+    console.error(`cannot use the database (${where}): ${err.message}\n` +
+      'Set PGHOST, PGPORT, PGDATABASE and PGUSER, and load schema.sql into that database.');
+    process.exit(1);
+  }
+}
+
+checkDatabase().then(() => {
+  server.listen(Number(process.env.HTTP_PORT ?? 8080), '127.0.0.1', () => {
+    console.log(`listening on http://127.0.0.1:${server.address().port}`);
+  });
 });
 
 // Stop accepting, drop idle keep-alive connections, then close the pool.

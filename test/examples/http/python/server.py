@@ -5,7 +5,8 @@ idempotency.py):
   POST /payments  {order_id, amount_cents}  two transactions around a call to the payment
                                             provider (PROVIDER_URL), which honours our key
 Environment: PGHOST, PGPORT, PGDATABASE, PGUSER (libpq's names), PROVIDER_URL, HTTP_PORT
-(0: any free port).  Listens on 127.0.0.1 only and prints "listening on http://127.0.0.1:PORT".
+(0: any free port).  Checks the database first and exits with status 1 if it cannot use it; then
+listens on 127.0.0.1 only and prints "listening on http://127.0.0.1:PORT".
 """
 import json
 import os
@@ -51,7 +52,7 @@ def create_order(conn, request):
     body = request.json
     order = conn.execute('INSERT INTO shop.orders (customer, sku, qty) VALUES (%s, %s, %s) '
                          'RETURNING id, customer, sku, qty', [body['customer'], body['sku'], int(body['qty'])]).fetchone()
-    return json_reply(201, dict(zip(('id', 'customer', 'sku', 'qty'), order)), {'location': f'/orders/{order[0]}'})
+    return json_reply(201, dict(zip(('id', 'customer', 'sku', 'qty'), order)))
 
 
 def validate_payment(request):
@@ -79,8 +80,7 @@ def record_payment(conn, request, charge):
     payment = conn.execute('INSERT INTO shop.payments (order_id, amount_cents, charge_id) VALUES (%s, %s, %s) '
                            'RETURNING id, order_id, amount_cents, charge_id',
                            [int(request.json['order_id']), int(request.json['amount_cents']), charge['id']]).fetchone()
-    return json_reply(201, dict(zip(('id', 'order_id', 'amount_cents', 'charge_id'), payment)),
-                      {'location': f'/payments/{payment[0]}'})
+    return json_reply(201, dict(zip(('id', 'order_id', 'amount_cents', 'charge_id'), payment)))
 
 
 ROUTES = {
@@ -113,7 +113,24 @@ class ShopHandler(BaseHTTPRequestHandler):
         pass                            # quiet; errors are printed above
 
 
+def check_database():
+    """Fail at start-up, loudly, rather than answer every request with 500: the database must be
+    reachable, with schema.sql loaded (the shop's tables and both scopes)."""
+    try:
+        with psycopg.connect(autocommit=True, application_name='idempo-http-python') as conn:
+            conn.execute("SELECT 'shop.orders'::regclass, 'shop.payments'::regclass, "
+                         "idempo.lookup('http.orders', 'start-up check'), idempo.lookup('http.payments', 'start-up check')")
+    except psycopg.Error as err:
+        user = os.environ.get('PGUSER') or os.environ.get('USER', '')
+        where = (f"host={os.environ.get('PGHOST') or '/var/run/postgresql'} port={os.environ.get('PGPORT') or 5432} "
+                 f"dbname={os.environ.get('PGDATABASE') or user} user={user}")
+        print(f'cannot use the database ({where}): {str(err).strip()}\n'
+              'Set PGHOST, PGPORT, PGDATABASE and PGUSER, and load schema.sql into that database.', file=sys.stderr)
+        sys.exit(1)
+
+
 def main():
+    check_database()
     server = ThreadingHTTPServer(('127.0.0.1', int(os.environ.get('HTTP_PORT', '8080'))), ShopHandler)
     server.daemon_threads = True
     print(f'listening on http://127.0.0.1:{server.server_address[1]}', flush=True)
