@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import idempo_demo as demo  # noqa: E402  (copied next to this file by test/ha/run)
 
 ORDERS_DSN = os.environ['HA_ORDERS_DSN']          # multi-host, target_session_attrs=read-write
+ORDERS_DB = psycopg.conninfo.conninfo_to_dict(ORDERS_DSN)['dbname']
 WAREHOUSE_DSN = os.environ['HA_WAREHOUSE_DSN']
 WORK = os.environ['HA_WORK']
 NODES = os.environ.get('HA_NODES', 'node1 node2 node3').split()
@@ -61,7 +62,7 @@ def check(ok, what):
     print(f'check: {"ok" if ok else "FAILED"} {what}', flush=True)
 
 
-def node_dsn(i, db='orders', timeout=2):
+def node_dsn(i, db=ORDERS_DB, timeout=2):
     return f'host=127.0.0.1 port={PG_PORTS[i]} user=postgres dbname={db} connect_timeout={timeout}'
 
 
@@ -135,7 +136,7 @@ def sweeper_round_done(i):
         with psycopg.connect(node_dsn(i), autocommit=True) as c:
             return c.execute("SELECT NOT pg_is_in_recovery() AND EXISTS (SELECT FROM idempo.workers() "
                              "WHERE kind = 'sweeper' AND database_id = (SELECT oid FROM pg_database "
-                             "WHERE datname = 'orders') AND rounds > 0)").fetchone()[0]
+                             "WHERE datname = current_database()) AND rounds > 0)").fetchone()[0]
     except psycopg.Error:
         return False
 

@@ -47,7 +47,7 @@ wait_for() {
   done
 }
 
-rest_ok() { curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$(ha_rest_port "$1")/$2"; }  # rest_ok N ENDPOINT
+rest_ok() { curl -fs -m 2 -o /dev/null "http://127.0.0.1:$(ha_rest_port "$1")/$2"; }  # rest_ok N ENDPOINT
 
 # The node number (1..3) that Patroni's REST API reports as the leader; fails if none is.
 ha_leader() {
@@ -147,6 +147,9 @@ postgresql:
     rewind: {username: postgres, password: postgres}
   parameters:
     unix_socket_directories: $HA_WORK/$name
+    logging_collector: 'on'
+    log_directory: log
+    log_statement: ${HA_LOG_STATEMENT:-none}
     log_line_prefix: '%m [%p] %q%a '
   pg_hba:
   - local all all trust
@@ -206,6 +209,7 @@ ha_stop() {
 # ha_reset: stops everything and removes the cluster's state (for the next mode's run).
 ha_reset() {
   ha_stop
+  [ "${KEEP_WORKDIR:-0}" = 1 ] && { mkdir -p "$HA_WORK/kept.$$.$SECONDS"; mv "$HA_WORK"/node[123] "$HA_WORK"/node[123].* "$HA_WORK/etcd" "$HA_WORK/kept.$$.$SECONDS/" 2>/dev/null; }
   rm -rf "$HA_WORK/etcd" "$HA_WORK"/node[123] "$HA_WORK"/node[123].yml
 }
 

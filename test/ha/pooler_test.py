@@ -90,8 +90,9 @@ def main():
         ("SELECT status::text FROM idempo.lookup('pool.pay', 'p-2')", 'retryable'),
         ("SELECT idempo.fingerprint('{\"a\": 1}'::jsonb) IS NOT NULL", True),
         ("SELECT count(*) FROM idempo.conflict_queue WHERE key = 'p-1'", 1),
-        ("SELECT idempo.resolve_conflict(conflict_id, 'dismissed', 'rita')::text FROM idempo.conflict_queue "
-         "WHERE key = 'p-1'", None),
+        ("SELECT idempo.resolve_conflict(id, 'dismissed', 'rita')::text FROM idempo.conflict_queue "
+         "WHERE key = 'p-1'", ''),
+        ("SELECT count(*) FROM idempo.conflict_queue WHERE key = 'p-1'", 0),
         ("SELECT count(*) FROM idempo.stats", None),
         ("SELECT count(*) FROM idempo.check_consistency()", 0),
         ("SELECT count(*) > 0 FROM idempo.counters()", True),
@@ -107,7 +108,7 @@ def main():
 
     # 4. The verify step after a lost reply: claim, lease runs out, unknown, verify -- each a
     #    separate transaction on whatever server connection.
-    a.execute("SELECT idempo.create_scope('pool.short', lease => '1 second', verify_settle => '0 seconds')")
+    a.execute("SELECT idempo.create_scope('pool.short', lease => '1 second', verify_settle => '1 second')")
     oc, attempt = a.execute("SELECT outcome::text, attempt FROM idempo.claim('pool.short', 's-1')").fetchone()
     oc2 = None
     for _ in range(100):
