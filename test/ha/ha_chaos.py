@@ -125,6 +125,15 @@ def cmdline(pid):
         return ''
 
 
+def signal_all(pids, sig):
+    """Signals each process; one that has exited meanwhile is skipped."""
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
 def patroni_pid(i):
     with open(os.path.join(WORK, f'node{i + 1}.pid')) as f:
         return int(f.read().strip())
@@ -206,30 +215,63 @@ class Faults:
         old = leader()
         rec = {'kind': kind, 'old_leader': NODES[old]}
         rewinds_before = self.rewinds(old)
-        t0 = time.time()
         stopped = []
+        try:
+            t0 = self.fault(kind, old, rec, stopped)
+            self.measure(kind, old, rec, stopped, t0)
+        finally:
+            signal_all(stopped, signal.SIGCONT)     # never leave a node stopped
+        # the old leader rejoins as a replica (Patroni restarts it, rewinds it if it diverged)
+        wait(lambda: rest(old, 'replica') == 200, 300, f'{NODES[old]} to rejoin as a replica', step=0.2)
+        rec['old_leader_rejoined_s'] = round(time.time() - t0, 1)
+        rec['rewound'] = self.rewinds(old) > rewinds_before
+        try:
+            with psycopg.connect(node_dsn(old, 'postgres', 5), autocommit=True) as c:
+                rec['old_leader_idempo_workers'] = c.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('idempo launcher', 'idempo sweeper')"
+                ).fetchone()[0]
+        except psycopg.Error as e:
+            rec['old_leader_idempo_workers'] = f'error: {e}'
+        self.log.append(rec)
+        print(f'   fault: {json.dumps(rec)}', flush=True)
+
+    def fault(self, kind, old, rec, stopped):
+        """Injects the fault; returns its time."""
         if kind == 'kill9':
             pm = postmaster_pid(old)
             if self.args.replication_stall > 0:
                 senders = [c for c in children(pm) if 'walsender' in cmdline(c)]
-                for p in senders:
-                    os.kill(p, signal.SIGSTOP)
+                signal_all(senders, signal.SIGSTOP)
+                rec['walsenders_stopped'] = len(senders)
                 time.sleep(self.args.replication_stall)   # the window: commits reach no standby
                 t0 = time.time()
                 os.kill(pm, signal.SIGKILL)
-                for p in senders:
-                    os.kill(p, signal.SIGKILL)
-            else:
-                os.kill(pm, signal.SIGKILL)
-        elif kind == 'switchover':
+                signal_all(senders, signal.SIGKILL)
+                return t0
+            t0 = time.time()
+            os.kill(pm, signal.SIGKILL)
+            return t0
+        if kind == 'switchover':
+            t0 = time.time()
             r = subprocess.run(['patronictl', '-c', os.path.join(WORK, 'node1.yml'), 'switchover',
                                 '--leader', NODES[old], '--force'], capture_output=True, text=True)
-            rec['patronictl'] = (r.stdout.strip().splitlines() or [''])[-1]
-        elif kind == 'stall':
+            rec['patronictl'] = next((line.strip() for line in (r.stdout + r.stderr).splitlines()
+                                      if 'witch' in line), f'exit {r.returncode}')
+            return t0
+        if kind == 'stall':
             pp, pm = patroni_pid(old), postmaster_pid(old)
-            stopped = [pp, pm] + children(pm)
-            for p in stopped:
-                os.kill(p, signal.SIGSTOP)
+            t0 = time.time()
+            os.kill(pp, signal.SIGSTOP)
+            stopped.append(pp)
+            os.kill(pm, signal.SIGSTOP)
+            stopped.append(pm)
+            kids = children(pm)
+            signal_all(kids, signal.SIGSTOP)
+            stopped.extend(kids)
+            return t0
+        raise ValueError(f'unknown fault {kind}')
+
+    def measure(self, kind, old, rec, stopped, t0):
         new = wait(lambda: next((i for i in range(len(NODES)) if i != old and rest(i, 'leader') == 200), None),
                    300, 'a new leader')
         rec['new_leader'] = NODES[new]
@@ -246,24 +288,8 @@ class Faults:
             if rest_of_ttl > 0:
                 time.sleep(rest_of_ttl)
             rec['stalled_s'] = round(time.time() - t0, 1)
-            for p in stopped:
-                try:
-                    os.kill(p, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-        # the old leader rejoins as a replica (Patroni restarts it, rewinds it if it diverged)
-        wait(lambda: rest(old, 'replica') == 200, 300, f'{NODES[old]} to rejoin as a replica', step=0.2)
-        rec['old_leader_rejoined_s'] = round(time.time() - t0, 1)
-        rec['rewound'] = self.rewinds(old) > rewinds_before
-        try:
-            with psycopg.connect(node_dsn(old, 'postgres', 5), autocommit=True) as c:
-                rec['old_leader_idempo_workers'] = c.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('idempo launcher', 'idempo sweeper')"
-                ).fetchone()[0]
-        except psycopg.Error as e:
-            rec['old_leader_idempo_workers'] = f'error: {e}'
-        self.log.append(rec)
-        print(f'   fault: {json.dumps(rec)}', flush=True)
+            signal_all(stopped, signal.SIGCONT)
+            stopped.clear()
 
     @staticmethod
     def rewinds(i):
