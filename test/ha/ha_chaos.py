@@ -101,7 +101,7 @@ def wait(cond, timeout, what, step=0.1):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = cond()
-        if v:
+        if v is not None and v is not False:   # a node index 0 is an answer
             return v
         time.sleep(step)
     raise TimeoutError(f'timed out after {timeout}s waiting for {what}')
@@ -148,6 +148,19 @@ def sweeper_round_done(i):
                              "WHERE datname = current_database()) AND rounds > 0)").fetchone()[0]
     except psycopg.Error:
         return False
+
+
+def streaming_replica_workers(i):
+    """(idempo workers,) on node i once it is in recovery and streaming; None before."""
+    try:
+        with psycopg.connect(node_dsn(i, 'postgres', 2), autocommit=True) as c:
+            rec, streaming, n = c.execute(
+                "SELECT pg_is_in_recovery(), EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming'), "
+                "(SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('idempo launcher', 'idempo sweeper'))"
+            ).fetchone()
+            return (n,) if rec and streaming else None
+    except psycopg.Error:
+        return None
 
 
 def writable(i):
@@ -222,16 +235,11 @@ class Faults:
         finally:
             signal_all(stopped, signal.SIGCONT)     # never leave a node stopped
         # the old leader rejoins as a replica (Patroni restarts it, rewinds it if it diverged)
-        wait(lambda: rest(old, 'replica') == 200, 300, f'{NODES[old]} to rejoin as a replica', step=0.2)
+        workers = wait(lambda: rest(old, 'replica') == 200 and streaming_replica_workers(old), 300,
+                       f'{NODES[old]} to rejoin as a streaming replica', step=0.2)
         rec['old_leader_rejoined_s'] = round(time.time() - t0, 1)
         rec['rewound'] = self.rewinds(old) > rewinds_before
-        try:
-            with psycopg.connect(node_dsn(old, 'postgres', 5), autocommit=True) as c:
-                rec['old_leader_idempo_workers'] = c.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('idempo launcher', 'idempo sweeper')"
-                ).fetchone()[0]
-        except psycopg.Error as e:
-            rec['old_leader_idempo_workers'] = f'error: {e}'
+        rec['old_leader_idempo_workers'] = workers[0]
         self.log.append(rec)
         print(f'   fault: {json.dumps(rec)}', flush=True)
 

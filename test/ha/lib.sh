@@ -183,6 +183,12 @@ ha_start() {
 ha_stop() {
   local n pid name
   [ -n "${HA_WORK:-}" ] || return 0
+  # a run that ended in the middle of a stall leaves processes stopped: continue them all first
+  for name in "${HA_NODES[@]}"; do
+    [ -f "$HA_WORK/$name/data/postmaster.pid" ] || continue
+    pid=$(head -1 "$HA_WORK/$name/data/postmaster.pid")
+    kill -CONT "$pid" $(pgrep -P "$pid") 2>/dev/null
+  done
   for n in 1 2 3; do
     pid=$(cat "$HA_WORK/node$n.pid" 2>/dev/null) || continue
     kill -CONT "$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null
