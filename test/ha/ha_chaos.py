@@ -129,9 +129,18 @@ def signal_all(pids, sig):
     """Signals each process; one that has exited meanwhile is skipped."""
     for p in pids:
         try:
-            os.kill(p, sig)
-        except ProcessLookupError:
+            if p:
+                os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
             pass
+
+
+def parent(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return int(f.read().rsplit(')', 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def patroni_pid(i):
@@ -234,6 +243,7 @@ class Faults:
             self.measure(kind, old, rec, stopped, t0)
         finally:
             signal_all(stopped, signal.SIGCONT)     # never leave a node stopped
+            signal_all([parent(patroni_pid(old))], signal.SIGCONT)
         # the old leader rejoins as a replica (Patroni restarts it, rewinds it if it diverged)
         workers = wait(lambda: rest(old, 'replica') == 200 and streaming_replica_workers(old), 300,
                        f'{NODES[old]} to rejoin as a streaming replica', step=0.2)
@@ -298,6 +308,8 @@ class Faults:
             rec['stalled_s'] = round(time.time() - t0, 1)
             signal_all(stopped, signal.SIGCONT)
             stopped.clear()
+            # runuser, Patroni's parent, stops itself when its child stops: continue it too
+            signal_all([parent(patroni_pid(old))], signal.SIGCONT)
 
     @staticmethod
     def rewinds(i):

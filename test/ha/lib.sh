@@ -88,7 +88,7 @@ ha_start_etcd() {
     --listen-client-urls "http://127.0.0.1:$HA_ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$HA_ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$((HA_ETCD_PORT + 1))" \
     --initial-advertise-peer-urls "http://127.0.0.1:$((HA_ETCD_PORT + 1))" \
-    --initial-cluster "ha=http://127.0.0.1:$((HA_ETCD_PORT + 1))")
+    --initial-cluster "ha=http://127.0.0.1:$((HA_ETCD_PORT + 1))" --enable-v2=true)
   wait_for 30 "etcd" curl -fsS -m 2 "http://127.0.0.1:$HA_ETCD_PORT/health" \
     || { tail -20 "$HA_WORK/etcd.log" >&2; return 1; }
 }
@@ -106,7 +106,11 @@ log:
 restapi:
   listen: 127.0.0.1:$(ha_rest_port "$n")
   connect_address: 127.0.0.1:$(ha_rest_port "$n")
-etcd3:
+# etcd's v2 API: Patroni 3.0.2's etcd3 backend can overwrite the leader key when a leader that
+# was frozen longer than the TTL resumes (two leaders in turn, a node stranded on a newer
+# timeline; fixed in Patroni 3.0.3, patroni/patroni#2689).  The v2 backend updates it with
+# compare-and-swap.
+etcd:
   hosts: 127.0.0.1:$HA_ETCD_PORT
 bootstrap:
   dcs:
@@ -191,7 +195,8 @@ ha_stop() {
   done
   for n in 1 2 3; do
     pid=$(cat "$HA_WORK/node$n.pid" 2>/dev/null) || continue
-    kill -CONT "$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null
+    # (runuser, its parent, stops itself when Patroni is stopped)
+    kill -CONT "$pid" "$(ps -o ppid= -p "$pid" 2>/dev/null)" 2>/dev/null; kill -TERM "$pid" 2>/dev/null
   done
   for n in 1 2 3; do
     pid=$(cat "$HA_WORK/node$n.pid" 2>/dev/null) || continue
