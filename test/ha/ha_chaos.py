@@ -325,26 +325,29 @@ class Faults:
 # ---------------------------------------------------------------------------------------------
 
 class Acks:
+    """What the client saw acknowledged, to find acknowledged writes that a failover lost."""
+
     def __init__(self):
         self.lock = threading.Lock()
         self.acquired = set()              # (scope, key, attempt)
-        self.completed = set()             # (scope, key)
+        self.completed = {}                # (scope, key) -> when its completion was acknowledged
         self.lost_claims = []              # an acknowledged acquisition answered acquired again
-        self.lost_completions = set()      # an acknowledged completion later not replayed
+        self.lost_completions = set()      # a claim sent after an acknowledged completion did not replay
 
-    def saw(self, ev, outcome, attempt):
+    def saw(self, ev, outcome, attempt, sent_at):
         with self.lock:
             k = (ev.scope, ev.key)
             if outcome == 'acquired':
                 if k + (attempt,) in self.acquired:
                     self.lost_claims.append(k + (attempt,))
                 self.acquired.add(k + (attempt,))
-            if outcome in ('acquired', 'unknown') and k in self.completed:
+            # only a claim sent after the acknowledgement (one sent before may have overtaken it)
+            if outcome in ('acquired', 'unknown') and self.completed.get(k, sent_at) < sent_at:
                 self.lost_completions.add(k)
 
     def done(self, ev):
         with self.lock:
-            self.completed.add((ev.scope, ev.key))
+            self.completed.setdefault((ev.scope, ev.key), time.monotonic())
 
 
 class Runner(demo.Runner):
@@ -361,10 +364,11 @@ class Runner(demo.Runner):
             c.close()
 
     def handle(self, ev, faults=demo.Faults()):
+        sent_at = time.monotonic()
         outcome, attempt, result, target_ref = self.orders.execute(
             'SELECT outcome::text, attempt, result, target_ref FROM idempo.claim(%s, %s, %s::jsonb, run_id => %s)',
             (ev.scope, ev.key, ev.params, ev.delivery)).fetchone()
-        self.acks.saw(ev, outcome, attempt)
+        self.acks.saw(ev, outcome, attempt, sent_at)
         if outcome == 'acquired':
             shipment = self.call_warehouse(ev)
             if faults.lose_reply:
@@ -482,7 +486,9 @@ def chaos(args):
                 if stop.is_set():
                     return
                 print(f'   ... {kind} of the leader after {stats["deliveries"]} deliveries', flush=True)
+                before = stats['deliveries']
                 faults.inject(kind)
+                faults.log[-1]['deliveries_during'] = stats['deliveries'] - before
         except Exception as e:  # reported as a failed check; the run goes on
             fault_error.append(repr(e))
             print(f'   fault error: {e!r}', flush=True)
@@ -567,7 +573,8 @@ def chaos(args):
         print(f"   {f['kind']:<11} {f['old_leader']} -> {f['new_leader']}: new leader {f['to_new_leader_s']} s, "
               f"writable {f['to_writable_s']} s, sweeper round {f['to_sweeper_s']} s "
               f"({f['sweeper_after_promotion_s']} s after promotion), old leader back as replica "
-              f"{f['old_leader_rejoined_s']} s{' (pg_rewind)' if f['rewound'] else ''}")
+              f"{f['old_leader_rejoined_s']} s{' (pg_rewind)' if f['rewound'] else ''}, "
+              f"{f.get('deliveries_during', 0)} deliveries meanwhile")
 
     check(not fault_error and len(faults.log) == len(plan), f'{len(plan)} fault(s) injected, a new leader each time')
     check(all(f['old_leader_idempo_workers'] == 0 for f in faults.log),
