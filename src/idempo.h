@@ -80,6 +80,9 @@ typedef enum IdempoOutcome
 #define IDEMPO_DIGEST_LEN		32	/* SHA-256 */
 #define IDEMPO_DIGEST_HEX_LEN	64
 
+/* idempo's own SQLSTATE (class ID: implementation-defined, per the SQL standard) */
+#define ERRCODE_IDEMPO_NOT_REPLICATED	MAKE_SQLSTATE('I','D','0','0','1')
+
 extern const char *const idempo_status_names[NUM_STATUSES];
 extern const char *const idempo_outcome_names[NUM_OUTCOMES];
 extern const char *idempo_status_phrase(IdempoStatus s);
@@ -121,6 +124,7 @@ extern void idempo_catalog_register_callbacks(void);
 typedef enum IdempoPlanId
 {
 	PLAN_SCOPE_GET,
+	PLAN_SCOPE_GET_0_2,
 	PLAN_OP_INSERT,
 	PLAN_OP_SELECT_FOR_UPDATE,
 	PLAN_OP_SELECT_SKIP_LOCKED,
@@ -177,12 +181,14 @@ typedef struct IdempoScope
 	bool		hash_keys;
 	bool		store_params;
 	bool		audit;
+	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
 	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
 	char	   *allowed_role_name;
 	char	   *owner;			/* may be NULL */
 } IdempoScope;
 
 extern const IdempoScope *idempo_scope_get(const char *name);
+extern void idempo_durability_acquired(const IdempoScope *scope, const char *key);
 extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_reset(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);

@@ -23,6 +23,7 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 PG_FUNCTION_INFO_V1(idempo_scopes_changed);
@@ -56,6 +57,13 @@ scope_cache_init(void)
 	scope_cache_stale = false;
 }
 
+/* Whether idempo.scopes has the column durability (0.3.0 on). */
+static bool
+scopes_have_durability(void)
+{
+	return get_attnum(idempo_catalog()->scopes_relid, "durability") != InvalidAttrNumber;
+}
+
 /* Reads one scope from idempo.scopes into *entry; false if there is none. */
 static bool
 scope_load(const char *name, IdempoScope *entry)
@@ -67,7 +75,8 @@ scope_load(const char *name, IdempoScope *entry)
 	bool		isnull;
 	char	   *role;
 
-	if (idempo_spi_execute(PLAN_SCOPE_GET, &arg, NULL, 1) == 0)
+	if (idempo_spi_execute(scopes_have_durability() ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
+						   &arg, NULL, 1) == 0)
 		return false;
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -88,6 +97,8 @@ scope_load(const char *name, IdempoScope *entry)
 	d = SPI_getbinval(tuple, desc, 11, &isnull);
 	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
 	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
+	entry->replicated = desc->natts >= 13 &&
+		strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 13, &isnull)), "replicated") == 0;
 	return true;
 }
 

@@ -161,3 +161,236 @@ CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
     EXECUTE FUNCTION idempo.drop_guard();
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 REVOKE ALL ON FUNCTION idempo.drop_guard() FROM PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Scopes may demand that their claims survive failover: durability 'replicated'
+-- (src/durability.c)
+------------------------------------------------------------------------------------------------
+
+-- create_scope() and alter_scope() gain parameters, so they are dropped and created again; an
+-- EXECUTE right granted on them cannot be carried over by this script (a GRANT made here would
+-- count as part of the extension, and pg_dump would then leave it out), so each one is named.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.proname,
+                    CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee,
+                    a.is_grantable
+             FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+             WHERE p.pronamespace = 'idempo'::pg_catalog.regnamespace
+               AND p.proname IN ('create_scope', 'alter_scope')
+               AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+             ORDER BY 1, 2
+    LOOP
+        RAISE WARNING 'idempo.%() gains parameters in 0.3.0: the EXECUTE right of % on it is not carried over',
+            r.proname, r.grantee
+            USING HINT = pg_catalog.format('Grant it again after the update: GRANT EXECUTE ON FUNCTION idempo.%s TO %s%s;',
+                                           r.proname, r.grantee,
+                                           CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+ALTER TABLE idempo.scopes ADD COLUMN durability text NOT NULL DEFAULT 'local'
+    CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated'));
+
+CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF s.name IS NULL OR s.name = '' THEN
+        RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF octet_length(s.name) > 128 THEN
+        RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(s.name)
+            USING ERRCODE = '22023', HINT = 'Use a shorter scope name.';
+    END IF;
+    IF s.retention IS NULL OR s.retention <= '0'::interval THEN
+        RAISE EXCEPTION 'retention of scope "%" must be positive, not %', s.name, s.retention
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''24 hours''.';
+    END IF;
+    IF s.lease IS NULL OR s.lease <= '0'::interval THEN
+        RAISE EXCEPTION 'lease of scope "%" must be positive, not %', s.name, s.lease
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''5 minutes''.';
+    END IF;
+    IF s.verify_settle IS NULL OR s.verify_settle <= '0'::interval THEN
+        RAISE EXCEPTION 'verify_settle of scope "%" must be positive, not %', s.name, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''1 minute''.';
+    END IF;
+    IF s.retention > '100 years'::interval OR s.lease > '100 years'::interval
+       OR s.verify_settle > '100 years'::interval THEN
+        RAISE EXCEPTION 'timings of scope "%" must be at most 100 years (retention %, lease %, verify_settle %)',
+            s.name, s.retention, s.lease, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Records are kept for the retention; give a realistic interval.';
+    END IF;
+    IF s.lease >= s.retention OR s.verify_settle >= s.retention THEN
+        RAISE EXCEPTION 'lease (%) and verify_settle (%) of scope "%" must be shorter than its retention (%)',
+            s.lease, s.verify_settle, s.name, s.retention
+            USING ERRCODE = '22023',
+                  HINT = 'Unfinished work goes to review when retention runs out; a lease or settle window that outlives it would never be used.';
+    END IF;
+    IF s.on_lease_expiry IS NULL OR s.on_lease_expiry NOT IN ('unknown', 'retry') THEN
+        RAISE EXCEPTION 'on_lease_expiry of scope "%" must be ''unknown'' or ''retry'', not %',
+            s.name, coalesce(quote_literal(s.on_lease_expiry), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''retry'' only when the target system honours the same idempotency key.';
+    END IF;
+    IF s.max_attempts IS NOT NULL AND s.max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
+            USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
+    END IF;
+    IF s.durability IS NULL OR s.durability NOT IN ('local', 'replicated') THEN
+        RAISE EXCEPTION 'durability of scope "%" must be ''local'' or ''replicated'', not %',
+            s.name, coalesce(quote_literal(s.durability), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''replicated'' when a claim must survive a failover: its commit then needs a synchronous standby.';
+    END IF;
+    IF s.allowed_role IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
+        RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
+            USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
+    END IF;
+END
+$$;
+
+DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
+CREATE FUNCTION idempo.create_scope(
+    name                text,
+    retention           interval DEFAULT '24 hours',
+    lease               interval DEFAULT '5 minutes',
+    on_lease_expiry     text     DEFAULT 'unknown',
+    verify_settle       interval DEFAULT '1 minute',
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT false,
+    hash_keys           boolean  DEFAULT false,
+    store_params        boolean  DEFAULT false,
+    audit               boolean  DEFAULT false,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL,
+    durability          text     DEFAULT 'local')
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    s.name := create_scope.name;
+    s.retention := create_scope.retention;
+    s.lease := create_scope.lease;
+    s.on_lease_expiry := create_scope.on_lease_expiry;
+    s.verify_settle := create_scope.verify_settle;
+    s.max_attempts := create_scope.max_attempts;
+    s.require_fingerprint := coalesce(create_scope.require_fingerprint, false);
+    s.hash_keys := coalesce(create_scope.hash_keys, false);
+    s.store_params := coalesce(create_scope.store_params, false);
+    s.audit := coalesce(create_scope.audit, false);
+    s.allowed_role := create_scope.allowed_role;
+    s.owner := create_scope.owner;
+    s.environment := create_scope.environment;
+    s.description := create_scope.description;
+    s.durability := create_scope.durability;
+    s.enabled := true;
+    s.created_at := now();
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    BEGIN
+        INSERT INTO idempo.scopes SELECT s.*;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'scope "%" already exists', s.name
+            USING ERRCODE = '42710', HINT = 'Change it with idempo.alter_scope().';
+    END;
+    RETURN s;
+END
+$$;
+
+DROP FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
+CREATE FUNCTION idempo.alter_scope(
+    name                text,
+    retention           interval DEFAULT NULL,
+    lease               interval DEFAULT NULL,
+    on_lease_expiry     text     DEFAULT NULL,
+    verify_settle       interval DEFAULT NULL,
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT NULL,
+    hash_keys           boolean  DEFAULT NULL,
+    store_params        boolean  DEFAULT NULL,
+    audit               boolean  DEFAULT NULL,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL,
+    durability          text     DEFAULT NULL)
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+    r interval;
+BEGIN
+    IF alter_scope.name IS NULL THEN
+        RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the name of an existing scope.';
+    END IF;
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = alter_scope.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', alter_scope.name
+            USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
+    END IF;
+    IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Stored keys would no longer match; create a new scope instead.';
+    END IF;
+    s.retention := coalesce(alter_scope.retention, s.retention);
+    s.lease := coalesce(alter_scope.lease, s.lease);
+    s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
+    s.verify_settle := coalesce(alter_scope.verify_settle, s.verify_settle);
+    IF alter_scope.max_attempts IS NOT NULL THEN
+        s.max_attempts := nullif(alter_scope.max_attempts, 0);
+    END IF;
+    s.require_fingerprint := coalesce(alter_scope.require_fingerprint, s.require_fingerprint);
+    s.hash_keys := coalesce(alter_scope.hash_keys, s.hash_keys);
+    s.store_params := coalesce(alter_scope.store_params, s.store_params);
+    s.audit := coalesce(alter_scope.audit, s.audit);
+    IF alter_scope.allowed_role IS NOT NULL THEN
+        s.allowed_role := nullif(alter_scope.allowed_role, '');
+    END IF;
+    IF alter_scope.owner IS NOT NULL THEN
+        s.owner := nullif(alter_scope.owner, '');
+    END IF;
+    IF alter_scope.environment IS NOT NULL THEN
+        s.environment := nullif(alter_scope.environment, '');
+    END IF;
+    IF alter_scope.description IS NOT NULL THEN
+        s.description := nullif(alter_scope.description, '');
+    END IF;
+    s.durability := coalesce(alter_scope.durability, s.durability);
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    UPDATE idempo.scopes AS sc SET
+        retention = s.retention, lease = s.lease, on_lease_expiry = s.on_lease_expiry,
+        verify_settle = s.verify_settle, max_attempts = s.max_attempts,
+        require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
+        store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
+        owner = s.owner, environment = s.environment, description = s.description,
+        durability = s.durability, updated_at = s.updated_at
+    WHERE sc.name = s.name;
+    -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
+    -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
+    -- exact, and immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
+    r := make_interval(days => ((extract(year FROM s.retention) * 12 + extract(month FROM s.retention)) * 30
+                                + extract(day FROM s.retention))::integer)
+         + (s.retention - date_trunc('day', s.retention));
+    UPDATE idempo.operations AS o SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+    WHERE o.scope = s.name
+      AND o.status IN ('in_progress', 'retryable', 'unknown')
+      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
+    RETURN s;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text) FROM PUBLIC;

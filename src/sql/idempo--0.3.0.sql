@@ -53,6 +53,8 @@ CREATE TABLE idempo.scopes (
     enabled             boolean     NOT NULL DEFAULT true,
     created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    durability          text        NOT NULL DEFAULT 'local'
+        CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated')),
     CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
         AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128),
     CONSTRAINT scopes_on_lease_expiry_check CHECK (on_lease_expiry IN ('unknown', 'retry')),
@@ -361,6 +363,12 @@ BEGIN
         RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
             USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
     END IF;
+    IF s.durability IS NULL OR s.durability NOT IN ('local', 'replicated') THEN
+        RAISE EXCEPTION 'durability of scope "%" must be ''local'' or ''replicated'', not %',
+            s.name, coalesce(quote_literal(s.durability), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''replicated'' when a claim must survive a failover: its commit then needs a synchronous standby.';
+    END IF;
     IF s.allowed_role IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
@@ -383,7 +391,8 @@ CREATE FUNCTION idempo.create_scope(
     allowed_role        name     DEFAULT NULL,
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
-    description         text     DEFAULT NULL)
+    description         text     DEFAULT NULL,
+    durability          text     DEFAULT 'local')
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -403,6 +412,7 @@ BEGIN
     s.owner := create_scope.owner;
     s.environment := create_scope.environment;
     s.description := create_scope.description;
+    s.durability := create_scope.durability;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -433,7 +443,8 @@ CREATE FUNCTION idempo.alter_scope(
     allowed_role        name     DEFAULT NULL,
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
-    description         text     DEFAULT NULL)
+    description         text     DEFAULT NULL,
+    durability          text     DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -478,6 +489,7 @@ BEGIN
     IF alter_scope.description IS NOT NULL THEN
         s.description := nullif(alter_scope.description, '');
     END IF;
+    s.durability := coalesce(alter_scope.durability, s.durability);
     s.updated_at := now();
     PERFORM idempo.check_scope(s);
     UPDATE idempo.scopes AS sc SET
@@ -486,7 +498,7 @@ BEGIN
         require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
-        updated_at = s.updated_at
+        durability = s.durability, updated_at = s.updated_at
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
