@@ -397,7 +397,8 @@ def chaos(args):
     rnd = random.Random(args.seed)
     acks = Acks()
     events = queue.Queue()
-    stats = {'deliveries': 0, 'lost_replies': 0, 'terminated_sessions': 0, 'reconnects': 0, 'outcomes': {}}
+    stats = {'deliveries': 0, 'lost_replies': 0, 'terminated_sessions': 0, 'reconnects': 0,
+             'refused_not_replicated': 0, 'outcomes': {}}
     lock = threading.Lock()
     changed = []
 
@@ -467,6 +468,14 @@ def chaos(args):
                         pass
                 runner = None
                 time.sleep(0.2)
+                again(ev)
+            except psycopg.DatabaseError as e:
+                # durability => 'replicated': the claim's commit would not have waited for a
+                # synchronous standby (none configured for a moment), so it was refused
+                if e.sqlstate != 'ID001':
+                    raise
+                with lock:
+                    stats['refused_not_replicated'] += 1
                 again(ev)
             finally:
                 with lock:
@@ -548,13 +557,14 @@ def chaos(args):
                               (ev.scope, ev.key, ev.params)) == 0]
     # a changed copy that arrived first was executed; the first version is then the conflict
     inconsistent = demo.one(check_conn, 'SELECT count(*) FROM idempo.check_consistency()')
-    standby_answers = replica_checks(ld, check_conn)
+    standby_answers = replica_checks(ld, check_conn) + guard_checks(check_conn)
 
     fig = {
         'mode': 'sync' if SYNC else 'async', 'orders': args.orders, 'deliveries': stats['deliveries'],
         'changed_deliveries': len(changed), 'faults': faults.log, 'fault_errors': fault_error,
         'lost_replies': stats['lost_replies'], 'terminated_sessions': stats['terminated_sessions'],
-        'reconnects': stats['reconnects'], 'outcomes': stats['outcomes'],
+        'reconnects': stats['reconnects'], 'refused_not_replicated': stats['refused_not_replicated'],
+        'outcomes': stats['outcomes'],
         'shipped_twice': len(doubled), 'lost_orders': len(lost),
         'lost_claims': len(acks.lost_claims), 'lost_completions': len(acks.lost_completions),
         'shipped_without_record': len(shipped_no_record),
@@ -565,6 +575,7 @@ def chaos(args):
     }
     print('\nHA chaos run (%s replication)' % fig['mode'])
     for k in ('orders', 'deliveries', 'changed_deliveries', 'lost_replies', 'terminated_sessions', 'reconnects',
+              'refused_not_replicated',
               'shipped_twice', 'lost_orders', 'lost_claims', 'lost_completions', 'shipped_without_record',
               'conflicts_not_recorded', 'consistency_problems', 'worker_on_replica_samples',
               'two_primaries_sweeping_samples', 'seconds'):
@@ -624,6 +635,25 @@ def replica_checks(ld, primary):
                         f'claim of a new key on the replica is refused: 25006, hint "{e.diag.message_hint}"'))
     primary.execute("SELECT idempo.fail(%s, 'ha-in-flight', 1, 'harness')", (demo.SCOPE,))
     return out
+
+
+def guard_checks(primary):
+    """durability => 'replicated' on the cluster: accepted with a synchronous standby, refused without."""
+    try:
+        primary.execute("SELECT idempo.create_scope('ha.guard', durability => 'replicated')")
+    except psycopg.Error as e:
+        if e.sqlstate == '42883' or 'durability' in str(e):   # a build without the guard
+            return [(False, f'durability => replicated: {e.sqlstate} {e.diag.message_primary}')]
+        raise
+    try:
+        oc = demo.one(primary, "SELECT outcome::text FROM idempo.claim('ha.guard', 'g-1')")
+        got = f'claim committed: {oc}'
+        ok = SYNC and oc == 'acquired'
+    except psycopg.DatabaseError as e:
+        got = f'{e.sqlstate}: {e.diag.message_primary}'
+        ok = not SYNC and e.sqlstate == 'ID001'
+    want = 'commits (synchronous standby)' if SYNC else 'is refused with ID001 (no synchronous standby)'
+    return [(ok, f"a claim in a durability => 'replicated' scope {want}: {got}")]
 
 
 def main():
