@@ -658,7 +658,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 	}
 	else if (a.params != NULL)
 	{
-		idempo_fingerprint_jsonb(a.params, a.fingerprint);
+		/* without the fields the scope ignores (fingerprint_rules.c) */
+		idempo_fingerprint_ignoring_jsonb(a.params, a.scope->fingerprint_ignore, a.fingerprint);
 		a.has_fingerprint = true;
 	}
 	if (a.scope->require_fingerprint && !a.has_fingerprint)
@@ -715,8 +716,11 @@ idempo_claim(PG_FUNCTION_ARGS)
 		c.key = a.key;
 		c.stored_fingerprint = ans.stored_fingerprint;
 		c.incoming_fingerprint = a.fingerprint;
-		c.stored_params = a.scope->store_params ? ans.stored_params : NULL;
-		c.incoming_params = a.scope->store_params ? a.params : NULL;
+		/* the fields the fingerprint ignores are no part of what differs: left out of both */
+		c.stored_params = a.scope->store_params && ans.stored_params ?
+			idempo_ignore_apply(ans.stored_params, a.scope->fingerprint_ignore) : NULL;
+		c.incoming_params = a.scope->store_params && a.params ?
+			idempo_ignore_apply(a.params, a.scope->fingerprint_ignore) : NULL;
 		c.run_id = a.run_id ? TextDatumGetCString(a.run_id) : NULL;
 		c.detected_at = a.now;
 		ans.conflict_id = idempo_record_conflict(&c);

@@ -104,6 +104,7 @@ typedef struct IdempoCatalog
 	Oid			scopes_relid;
 	Oid			operations_relid;
 	Oid			owner;			/* owner of idempo.operations: runs our SQL */
+	bool		scope_rules;	/* idempo.scopes has remember and fingerprint_ignore (0.3.0) */
 	Oid			status_typid;
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
@@ -121,6 +122,7 @@ extern void idempo_catalog_register_callbacks(void);
 typedef enum IdempoPlanId
 {
 	PLAN_SCOPE_GET,
+	PLAN_SCOPE_GET_0_2,
 	PLAN_OP_INSERT,
 	PLAN_OP_SELECT_FOR_UPDATE,
 	PLAN_OP_SELECT_SKIP_LOCKED,
@@ -162,6 +164,18 @@ extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls,
 extern bool idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected);
 extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
+/* ---- fingerprint_rules.c: fields left out of the fingerprint ---- */
+
+#define IDEMPO_IGNORE_MAX_PATHS			256
+#define IDEMPO_IGNORE_MAX_PATH_BYTES	1024
+
+typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
+
+#include "utils/array.h"
+extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
+extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
+extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
+
 /* ---- scope_cache.c: the scopes, cached per backend ---- */
 
 typedef struct IdempoScope
@@ -177,6 +191,8 @@ typedef struct IdempoScope
 	bool		hash_keys;
 	bool		store_params;
 	bool		audit;
+	int64		remember_us;	/* 0: finished records are purged at expires_at */
+	IdempoIgnore *fingerprint_ignore;	/* NULL: every field counts */
 	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
 	char	   *allowed_role_name;
 	char	   *owner;			/* may be NULL */

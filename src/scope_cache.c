@@ -67,7 +67,8 @@ scope_load(const char *name, IdempoScope *entry)
 	bool		isnull;
 	char	   *role;
 
-	if (idempo_spi_execute(PLAN_SCOPE_GET, &arg, NULL, 1) == 0)
+	if (idempo_spi_execute(idempo_catalog()->scope_rules ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
+						   &arg, NULL, 1) == 0)
 		return false;
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -88,6 +89,14 @@ scope_load(const char *name, IdempoScope *entry)
 	d = SPI_getbinval(tuple, desc, 11, &isnull);
 	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
 	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
+	if (desc->natts >= 14)
+	{
+		d = SPI_getbinval(tuple, desc, 13, &isnull);
+		entry->remember_us = isnull ? 0 : idempo_interval_usecs(DatumGetIntervalP(d));
+		d = SPI_getbinval(tuple, desc, 14, &isnull);
+		entry->fingerprint_ignore = isnull ? NULL :
+			idempo_ignore_compile(DatumGetArrayTypeP(d), scope_cache_cxt, name);
+	}
 	return true;
 }
 

@@ -161,3 +161,286 @@ CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
     EXECUTE FUNCTION idempo.drop_guard();
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 REVOKE ALL ON FUNCTION idempo.drop_guard() FROM PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Remembered keys (scope option remember) and fingerprint rules (scope option fingerprint_ignore)
+------------------------------------------------------------------------------------------------
+
+ALTER TABLE idempo.scopes
+    ADD COLUMN remember interval NOT NULL DEFAULT '0',
+    ADD COLUMN fingerprint_ignore text[] NOT NULL DEFAULT '{}',
+    ADD CONSTRAINT scopes_remember_check CHECK (remember OPERATOR(pg_catalog.>=) '0'::interval);
+COMMENT ON COLUMN idempo.scopes.remember IS
+    'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
+COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
+    'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
+
+-- The fingerprint of params without the fields named by ignore (dot paths of object keys from the
+-- top; arrays are not entered, absent paths are ignored): what a claim computes in a scope with
+-- fingerprint_ignore.  NULL ignore ignores nothing.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_ignoring'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
+    'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
+-- (revoked first, so that its privileges read as a fresh install's)
+REVOKE ALL ON FUNCTION idempo.fingerprint(jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p text;
+BEGIN
+    IF s.name IS NULL OR s.name = '' THEN
+        RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF octet_length(s.name) > 128 THEN
+        RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(s.name)
+            USING ERRCODE = '22023', HINT = 'Use a shorter scope name.';
+    END IF;
+    IF s.retention IS NULL OR s.retention <= '0'::interval THEN
+        RAISE EXCEPTION 'retention of scope "%" must be positive, not %', s.name, s.retention
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''24 hours''.';
+    END IF;
+    IF s.lease IS NULL OR s.lease <= '0'::interval THEN
+        RAISE EXCEPTION 'lease of scope "%" must be positive, not %', s.name, s.lease
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''5 minutes''.';
+    END IF;
+    IF s.verify_settle IS NULL OR s.verify_settle <= '0'::interval THEN
+        RAISE EXCEPTION 'verify_settle of scope "%" must be positive, not %', s.name, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Give an interval such as ''1 minute''.';
+    END IF;
+    IF s.retention > '100 years'::interval OR s.lease > '100 years'::interval
+       OR s.verify_settle > '100 years'::interval THEN
+        RAISE EXCEPTION 'timings of scope "%" must be at most 100 years (retention %, lease %, verify_settle %)',
+            s.name, s.retention, s.lease, s.verify_settle
+            USING ERRCODE = '22023', HINT = 'Records are kept for the retention; give a realistic interval.';
+    END IF;
+    IF s.lease >= s.retention OR s.verify_settle >= s.retention THEN
+        RAISE EXCEPTION 'lease (%) and verify_settle (%) of scope "%" must be shorter than its retention (%)',
+            s.lease, s.verify_settle, s.name, s.retention
+            USING ERRCODE = '22023',
+                  HINT = 'Unfinished work goes to review when retention runs out; a lease or settle window that outlives it would never be used.';
+    END IF;
+    IF s.on_lease_expiry IS NULL OR s.on_lease_expiry NOT IN ('unknown', 'retry') THEN
+        RAISE EXCEPTION 'on_lease_expiry of scope "%" must be ''unknown'' or ''retry'', not %',
+            s.name, coalesce(quote_literal(s.on_lease_expiry), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''retry'' only when the target system honours the same idempotency key.';
+    END IF;
+    IF s.max_attempts IS NOT NULL AND s.max_attempts < 1 THEN
+        RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
+            USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
+    END IF;
+    IF s.allowed_role IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
+        RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
+            USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
+    END IF;
+    IF s.remember IS NULL OR s.remember < '0'::interval OR s.remember > '100 years'::interval THEN
+        RAISE EXCEPTION 'remember of scope "%" must be between 0 and 100 years, not %', s.name,
+            coalesce(s.remember::text, 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Give an interval such as ''1 year'' to keep finished keys after their results expire, or ''0'' to purge them at expires_at.';
+    END IF;
+    -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
+    IF s.fingerprint_ignore IS NULL THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must not be NULL', s.name
+            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
+    END IF;
+    IF array_ndims(s.fingerprint_ignore) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].';
+    END IF;
+    IF cardinality(s.fingerprint_ignore) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" has % paths, the limit is 256', s.name,
+            cardinality(s.fingerprint_ignore)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_ignore), 0) LOOP
+        p := s.fingerprint_ignore[array_lower(s.fingerprint_ignore, 1) + i - 1];
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF p = '' THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
+                USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is % bytes long, the limit is 1024',
+                s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
+                USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
+        END IF;
+    END LOOP;
+END
+$$;
+
+
+-- create_scope and alter_scope gain the two settings (new signatures: roles granted EXECUTE on the
+-- old ones need a GRANT on the new ones, README "Upgrades").
+DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean,
+                                  boolean, boolean, name, text, text, text);
+DROP FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean,
+                                 boolean, boolean, name, text, text, text);
+
+CREATE FUNCTION idempo.create_scope(
+    name                text,
+    retention           interval DEFAULT '24 hours',
+    lease               interval DEFAULT '5 minutes',
+    on_lease_expiry     text     DEFAULT 'unknown',
+    verify_settle       interval DEFAULT '1 minute',
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT false,
+    hash_keys           boolean  DEFAULT false,
+    store_params        boolean  DEFAULT false,
+    audit               boolean  DEFAULT false,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL,
+    remember            interval DEFAULT '0',
+    fingerprint_ignore  text[]   DEFAULT '{}')
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    s.name := create_scope.name;
+    s.retention := create_scope.retention;
+    s.lease := create_scope.lease;
+    s.on_lease_expiry := create_scope.on_lease_expiry;
+    s.verify_settle := create_scope.verify_settle;
+    s.max_attempts := create_scope.max_attempts;
+    s.require_fingerprint := coalesce(create_scope.require_fingerprint, false);
+    s.hash_keys := coalesce(create_scope.hash_keys, false);
+    s.store_params := coalesce(create_scope.store_params, false);
+    s.audit := coalesce(create_scope.audit, false);
+    s.allowed_role := create_scope.allowed_role;
+    s.owner := create_scope.owner;
+    s.environment := create_scope.environment;
+    s.description := create_scope.description;
+    s.remember := create_scope.remember;
+    s.fingerprint_ignore := create_scope.fingerprint_ignore;
+    s.enabled := true;
+    s.created_at := now();
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    BEGIN
+        INSERT INTO idempo.scopes SELECT s.*;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'scope "%" already exists', s.name
+            USING ERRCODE = '42710', HINT = 'Change it with idempo.alter_scope().';
+    END;
+    RETURN s;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean,
+    boolean, boolean, boolean, name, text, text, text, interval, text[]) FROM PUBLIC;
+
+-- NULL leaves a setting unchanged.  To clear a nullable setting pass max_attempts => 0,
+-- allowed_role => '', owner/environment/description => ''; fingerprint_ignore => '{}' lets every
+-- field count again.  fingerprint_ignore cannot change while the scope has operations: their
+-- fingerprints were computed under the old rule, and a redelivery would become a conflict.
+CREATE FUNCTION idempo.alter_scope(
+    name                text,
+    retention           interval DEFAULT NULL,
+    lease               interval DEFAULT NULL,
+    on_lease_expiry     text     DEFAULT NULL,
+    verify_settle       interval DEFAULT NULL,
+    max_attempts        integer  DEFAULT NULL,
+    require_fingerprint boolean  DEFAULT NULL,
+    hash_keys           boolean  DEFAULT NULL,
+    store_params        boolean  DEFAULT NULL,
+    audit               boolean  DEFAULT NULL,
+    allowed_role        name     DEFAULT NULL,
+    owner               text     DEFAULT NULL,
+    environment         text     DEFAULT NULL,
+    description         text     DEFAULT NULL,
+    remember            interval DEFAULT NULL,
+    fingerprint_ignore  text[]   DEFAULT NULL)
+    RETURNS idempo.scopes
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+    r interval;
+BEGIN
+    IF alter_scope.name IS NULL THEN
+        RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the name of an existing scope.';
+    END IF;
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = alter_scope.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', alter_scope.name
+            USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
+    END IF;
+    IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Stored keys would no longer match; create a new scope instead.';
+    END IF;
+    IF alter_scope.fingerprint_ignore IS NOT NULL
+       AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+           IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
+    END IF;
+    s.remember := coalesce(alter_scope.remember, s.remember);
+    s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
+    s.retention := coalesce(alter_scope.retention, s.retention);
+    s.lease := coalesce(alter_scope.lease, s.lease);
+    s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
+    s.verify_settle := coalesce(alter_scope.verify_settle, s.verify_settle);
+    IF alter_scope.max_attempts IS NOT NULL THEN
+        s.max_attempts := nullif(alter_scope.max_attempts, 0);
+    END IF;
+    s.require_fingerprint := coalesce(alter_scope.require_fingerprint, s.require_fingerprint);
+    s.hash_keys := coalesce(alter_scope.hash_keys, s.hash_keys);
+    s.store_params := coalesce(alter_scope.store_params, s.store_params);
+    s.audit := coalesce(alter_scope.audit, s.audit);
+    IF alter_scope.allowed_role IS NOT NULL THEN
+        s.allowed_role := nullif(alter_scope.allowed_role, '');
+    END IF;
+    IF alter_scope.owner IS NOT NULL THEN
+        s.owner := nullif(alter_scope.owner, '');
+    END IF;
+    IF alter_scope.environment IS NOT NULL THEN
+        s.environment := nullif(alter_scope.environment, '');
+    END IF;
+    IF alter_scope.description IS NOT NULL THEN
+        s.description := nullif(alter_scope.description, '');
+    END IF;
+    s.updated_at := now();
+    PERFORM idempo.check_scope(s);
+    UPDATE idempo.scopes AS sc SET
+        retention = s.retention, lease = s.lease, on_lease_expiry = s.on_lease_expiry,
+        verify_settle = s.verify_settle, max_attempts = s.max_attempts,
+        require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
+        store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
+        owner = s.owner, environment = s.environment, description = s.description,
+        updated_at = s.updated_at, remember = s.remember, fingerprint_ignore = s.fingerprint_ignore
+    WHERE sc.name = s.name;
+    -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
+    -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
+    -- exact, and immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
+    r := make_interval(days => ((extract(year FROM s.retention) * 12 + extract(month FROM s.retention)) * 30
+                                + extract(day FROM s.retention))::integer)
+         + (s.retention - date_trunc('day', s.retention));
+    UPDATE idempo.operations AS o SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+    WHERE o.scope = s.name
+      AND o.status IN ('in_progress', 'retryable', 'unknown')
+      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
+    RETURN s;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean,
+    boolean, boolean, boolean, name, text, text, text, interval, text[]) FROM PUBLIC;

@@ -53,6 +53,8 @@ CREATE TABLE idempo.scopes (
     enabled             boolean     NOT NULL DEFAULT true,
     created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    remember            interval    NOT NULL DEFAULT '0',
+    fingerprint_ignore  text[]      NOT NULL DEFAULT '{}',
     CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
         AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128),
     CONSTRAINT scopes_on_lease_expiry_check CHECK (on_lease_expiry IN ('unknown', 'retry')),
@@ -61,9 +63,14 @@ CREATE TABLE idempo.scopes (
         lease OPERATOR(pg_catalog.>) '0'::interval
         AND verify_settle OPERATOR(pg_catalog.>) '0'::interval
         AND lease OPERATOR(pg_catalog.<) retention
-        AND verify_settle OPERATOR(pg_catalog.<) retention)
+        AND verify_settle OPERATOR(pg_catalog.<) retention),
+    CONSTRAINT scopes_remember_check CHECK (remember OPERATOR(pg_catalog.>=) '0'::interval)
 );
 COMMENT ON TABLE idempo.scopes IS 'One row per kind of business action, with its policy and timings.';
+COMMENT ON COLUMN idempo.scopes.remember IS
+    'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
+COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
+    'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
 
 -- sweep_at is the earliest time at which the sweep has something to do with the row (NULL: never,
 -- i.e. in_review).  It may be early, never late: the sweep re-reads the row and, if nothing is due
@@ -185,6 +192,14 @@ CREATE FUNCTION idempo.fingerprint(params jsonb) RETURNS bytea
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION idempo.fingerprint(jsonb) IS
     'SHA-256 of the canonical encoding of params (key order, whitespace and numeric scale do not matter).';
+-- The fingerprint of params without the fields named by ignore (dot paths of object keys from the
+-- top; arrays are not entered, absent paths are ignored): what a claim computes in a scope with
+-- fingerprint_ignore.  NULL ignore ignores nothing.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_ignoring'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
+    'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
 
 CREATE FUNCTION idempo.claim(
     scope              text,
@@ -318,6 +333,8 @@ CREATE TRIGGER scopes_changed
 -- Refuses a scope row that the claim path could not work with, with a hint.
 CREATE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p text;
 BEGIN
     IF s.name IS NULL OR s.name = '' THEN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
@@ -366,6 +383,44 @@ BEGIN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
             USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
     END IF;
+    IF s.remember IS NULL OR s.remember < '0'::interval OR s.remember > '100 years'::interval THEN
+        RAISE EXCEPTION 'remember of scope "%" must be between 0 and 100 years, not %', s.name,
+            coalesce(s.remember::text, 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Give an interval such as ''1 year'' to keep finished keys after their results expire, or ''0'' to purge them at expires_at.';
+    END IF;
+    -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
+    IF s.fingerprint_ignore IS NULL THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must not be NULL', s.name
+            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
+    END IF;
+    IF array_ndims(s.fingerprint_ignore) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].';
+    END IF;
+    IF cardinality(s.fingerprint_ignore) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" has % paths, the limit is 256', s.name,
+            cardinality(s.fingerprint_ignore)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_ignore), 0) LOOP
+        p := s.fingerprint_ignore[array_lower(s.fingerprint_ignore, 1) + i - 1];
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF p = '' THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
+                USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is % bytes long, the limit is 1024',
+                s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
+                USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -383,7 +438,9 @@ CREATE FUNCTION idempo.create_scope(
     allowed_role        name     DEFAULT NULL,
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
-    description         text     DEFAULT NULL)
+    description         text     DEFAULT NULL,
+    remember            interval DEFAULT '0',
+    fingerprint_ignore  text[]   DEFAULT '{}')
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -403,6 +460,8 @@ BEGIN
     s.owner := create_scope.owner;
     s.environment := create_scope.environment;
     s.description := create_scope.description;
+    s.remember := create_scope.remember;
+    s.fingerprint_ignore := create_scope.fingerprint_ignore;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -418,7 +477,9 @@ END
 $$;
 
 -- NULL leaves a setting unchanged.  To clear a nullable setting pass max_attempts => 0,
--- allowed_role => '', owner/environment/description => ''.
+-- allowed_role => '', owner/environment/description => ''; fingerprint_ignore => '{}' lets every
+-- field count again.  fingerprint_ignore cannot change while the scope has operations: their
+-- fingerprints were computed under the old rule, and a redelivery would become a conflict.
 CREATE FUNCTION idempo.alter_scope(
     name                text,
     retention           interval DEFAULT NULL,
@@ -433,7 +494,9 @@ CREATE FUNCTION idempo.alter_scope(
     allowed_role        name     DEFAULT NULL,
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
-    description         text     DEFAULT NULL)
+    description         text     DEFAULT NULL,
+    remember            interval DEFAULT NULL,
+    fingerprint_ignore  text[]   DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -455,6 +518,16 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Stored keys would no longer match; create a new scope instead.';
     END IF;
+    IF alter_scope.fingerprint_ignore IS NOT NULL
+       AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+           IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
+    END IF;
+    s.remember := coalesce(alter_scope.remember, s.remember);
+    s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
     s.retention := coalesce(alter_scope.retention, s.retention);
     s.lease := coalesce(alter_scope.lease, s.lease);
     s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
@@ -486,7 +559,7 @@ BEGIN
         require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
-        updated_at = s.updated_at
+        updated_at = s.updated_at, remember = s.remember, fingerprint_ignore = s.fingerprint_ignore
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
@@ -714,6 +787,7 @@ ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
 -- used by the views; harmless
 GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
