@@ -15,7 +15,8 @@
  *	  rolled back, nothing (and this claim inserts).
  * 2. Otherwise the record is read FOR UPDATE, and decide_existing() applies
  *	  the rules of the spec in their order: expiry first (a finished record
- *	  past expires_at counts as absent; unfinished work past retention goes to
+ *	  past expires_at counts as absent, or in a scope that remembers keys is
+ *	  shrunk to a remembered key, answered 'expired'; unfinished work past retention goes to
  *	  review; a lease that ran out makes the attempt 'unknown', or is
  *	  re-acquired in 'retry' scopes), then the fingerprint comparison
  *	  ('conflict', recorded durably by conflicts.c), then the status.
@@ -230,6 +231,11 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				}
 				return;
 			}
+		case EXPIRY_REMEMBER:
+			/* a remembered key from now on; a read-only claim answers so and leaves it to the sweep */
+			op_row_shrink(r, s);
+			changed = !a->read_only;
+			break;
 		case EXPIRY_REVIEW:
 			must_write(a, "its retention ran out unfinished, so it goes to review");
 			to_review(ans, a, "retention_expired", op_retention_detail(r));
@@ -290,7 +296,8 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			break;
 		case STATUS_SUCCEEDED:
 		case STATUS_FAILED:
-			ans->outcome = OUTCOME_REPLAY;
+			/* a remembered key: it finished, its result is gone; it must not run again */
+			ans->outcome = op_row_remembered(r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
 			break;
 		case STATUS_UNKNOWN:
 			ans->outcome = OUTCOME_UNKNOWN;
@@ -524,10 +531,11 @@ static Datum
 build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 {
 	TupleDesc	desc;
-	Datum		values[10];
-	bool		nulls[10];
+	Datum		values[11];
+	bool		nulls[11];
 	OpRow	   *r = &ans->row;
 	bool		replay = ans->outcome == OUTCOME_REPLAY;
+	bool		expired = ans->outcome == OUTCOME_EXPIRED;
 
 	/* the result's descriptor, looked up once per call site */
 	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
@@ -562,7 +570,7 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 			values[3] = PointerGetDatum(r->result);
 			nulls[3] = false;
 		}
-		if (replay && r->target_ref != (Datum) 0)
+		if ((replay || expired) && r->target_ref != (Datum) 0)
 		{
 			values[4] = r->target_ref;
 			nulls[4] = false;
@@ -583,6 +591,16 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 		values[9] = Int64GetDatum(ans->review_id);
 		nulls[9] = false;
 	}
+	/* completed_at (0.3.0's claim_result): when a replayed or remembered action finished */
+	if (desc->natts > 10 && ans->has_row && (replay || expired) &&
+		!TIMESTAMP_IS_NOBEGIN(r->completed_at))
+	{
+		values[10] = TimestampTzGetDatum(r->completed_at);
+		nulls[10] = false;
+	}
+	if (desc->natts > lengthof(values))
+		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
+			 desc->natts, (int) lengthof(values));
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 

@@ -18,6 +18,11 @@
  *	 retryable with max_attempts used --claim--> in_review
  *	 (none), claim with intent_at older than retention --> in_review (stale)
  *	 succeeded/failed --expires_at passed--> (absent: purged, or replaced by a new claim)
+ *	   in scopes with remember > 0 instead: shrunk to a remembered key (status
+ *	   kept; result, params, error, run_id dropped; sweep_at = expires_at +
+ *	   remember), which claims answer 'expired', and which is purged (absent)
+ *	   once sweep_at passes.  A finished row is remembered exactly when its
+ *	   sweep_at is later than its expires_at (op_row_remembered()).
  *	 in_review --resolve--> succeeded/failed/retryable; nothing automatic touches it.
  *
  * Invariants kept by every writer (and checked by idempo.check_consistency):
@@ -72,6 +77,7 @@ typedef enum IdempoOutcome
 	OUTCOME_UNKNOWN,
 	OUTCOME_IN_REVIEW,
 	OUTCOME_STALE,
+	OUTCOME_EXPIRED,			/* a remembered key: finished, its result gone (0.3.0) */
 	NUM_OUTCOMES
 } IdempoOutcome;
 
@@ -108,7 +114,7 @@ typedef struct IdempoCatalog
 	Oid			status_typid;
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
-	Oid			outcome_label[NUM_OUTCOMES];
+	Oid			outcome_label[NUM_OUTCOMES];	/* InvalidOid: not in this version */
 } IdempoCatalog;
 
 extern const IdempoCatalog *idempo_catalog(void);
@@ -136,6 +142,7 @@ typedef enum IdempoPlanId
 	PLAN_EVENT_LOG,
 	PLAN_SWEEP_DUE,
 	PLAN_SWEEP_PURGE,
+	PLAN_SWEEP_SHRINK,
 	PLAN_SWEEP_REVIEW,
 	PLAN_SWEEP_REVIEW_SAFE,
 	PLAN_SWEEP_TO_REVIEW,
@@ -243,6 +250,7 @@ typedef struct IdempoSweepCounts
 	int64		lease_expired;
 	int64		moved_to_review;
 	int64		purged;
+	int64		remembered;		/* shrunk to a remembered key */
 	int64		rows_seen;		/* rows examined, including those only rescheduled */
 } IdempoSweepCounts;
 
@@ -268,6 +276,7 @@ typedef enum IdempoCounter
 	COUNTER_MOVED_TO_REVIEW,
 	COUNTER_PURGED,
 	COUNTER_WORKER_ERRORS,
+	COUNTER_REMEMBERED,			/* finished records shrunk to remembered keys */
 	NUM_COUNTERS
 } IdempoCounter;
 

@@ -173,6 +173,11 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"c",
 		WRITES_BATCH
 	},
+	[PLAN_SWEEP_SHRINK] = {
+		"UPDATE idempo.operations o " SWEEP_SHRINK_REST,
+		"cz",
+		WRITES_BATCH
+	},
 	[PLAN_SWEEP_REVIEW] = {
 		"INSERT INTO idempo.reviews (scope, key, reason, opened_at, operation, detail) "
 		"SELECT o.scope, o.key, 'retention_expired', $2, o, " SWEEP_REVIEW_DETAIL

@@ -444,3 +444,99 @@ $$;
 
 REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean,
     boolean, boolean, boolean, name, text, text, text, interval, text[]) FROM PUBLIC;
+
+-- Remembered keys: a claim of one answers 'expired', with the time the action finished.
+ALTER TYPE idempo.outcome ADD VALUE 'expired';
+ALTER TYPE idempo.claim_result ADD ATTRIBUTE completed_at timestamptz;
+
+-- Releases a remembered key on purpose: a finished record whose result has expired (a claim
+-- answers 'expired' for it) is deleted, so that the next claim of the key is 'acquired' and the
+-- action runs again.  Recorded as a closed review (reason 'manual', resolution 'released', the
+-- reviewer, the note, the row as it was) and, in audited scopes, as an event 'release'.
+CREATE FUNCTION idempo.release(scope text, key text, reviewer text, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    o idempo.operations;
+    k text;
+    t timestamptz := idempo.now();
+    review bigint;
+BEGIN
+    IF reviewer IS NULL OR reviewer = '' THEN
+        RAISE EXCEPTION 'a reviewer must be named to release key "%" in scope "%"', release.key, release.scope
+            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
+    END IF;
+    k := idempo.stored_key(release.scope, release.key);   -- refuses an unknown scope or a bad key
+    PERFORM idempo.refuse_on_subscriber(release.scope, k);
+    SELECT * INTO o FROM idempo.operations AS x
+     WHERE x.scope = release.scope AND x.key = k FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": there is no such operation', release.key, release.scope
+            USING ERRCODE = '42704', HINT = 'Nothing to release: the next claim of the key acquires it.';
+    END IF;
+    IF o.status NOT IN ('succeeded', 'failed') OR o.expires_at > t THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": it is not a remembered key (status %, result expires %)',
+            release.key, release.scope, o.status, coalesce(o.expires_at::text, 'never')
+            USING ERRCODE = '55000',
+                  HINT = 'Only a finished record whose result has expired can be released; put a live record in review with idempo.request_review().';
+    END IF;
+    INSERT INTO idempo.reviews AS r (scope, key, reason, opened_at, operation, detail, resolved_at,
+                                     resolved_by, resolution, note)
+    VALUES (o.scope, o.key, 'manual', t, o, 'remembered key released: the action may run again', t,
+            reviewer, 'released', release.note)
+    RETURNING r.id INTO review;
+    DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
+    IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
+        INSERT INTO idempo.events (at, scope, key, attempt, from_status, action, actor)
+        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release', session_user);
+    END IF;
+    RETURN review;
+END
+$$;
+REVOKE ALL ON FUNCTION idempo.release(text, text, text, text) FROM PUBLIC;
+
+-- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
+-- Used by the tests after every fault; cheap enough to run by hand on a live system.
+CREATE OR REPLACE FUNCTION idempo.check_consistency()
+    RETURNS TABLE (scope text, key text, problem text)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $$
+    -- Written so that a cluster distributed by key (Citus) can run it too: the checks of a row
+    -- form an array (no VALUES with a subquery), open reviews are counted in a join on the key.
+    SELECT x.scope, x.key, p.problem
+    FROM (
+        SELECT o.scope, o.key, ARRAY[
+            CASE WHEN s.name IS NULL THEN 'scope does not exist' END,
+            CASE WHEN o.status = 'in_progress' AND o.lease_expires_at IS NULL THEN 'in_progress without a lease' END,
+            CASE WHEN o.status <> 'in_progress' AND o.lease_expires_at IS NOT NULL THEN 'lease on a record that is not in_progress' END,
+            CASE WHEN o.status IN ('succeeded', 'failed') AND (o.completed_at IS NULL OR o.expires_at IS NULL)
+                 THEN 'finished without completed_at/expires_at' END,
+            CASE WHEN o.status NOT IN ('succeeded', 'failed') AND o.expires_at IS NOT NULL
+                 THEN 'unfinished with expires_at' END,
+            CASE WHEN o.status = 'in_review' AND o.sweep_at IS NOT NULL THEN 'in_review but scheduled for the sweep' END,
+            CASE WHEN o.status <> 'in_review' AND o.sweep_at IS NULL THEN 'never swept' END,
+            -- a finished row swept after its expiry is a remembered key (src/expiry.c): it holds no result
+            CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at
+                      AND (o.result IS NOT NULL OR o.params IS NOT NULL OR o.error IS NOT NULL OR o.run_id IS NOT NULL)
+                 THEN 'swept after expiry, still holding its result' END,
+            CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
+                      AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
+                      AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END,
+            CASE WHEN o.attempt < 0 OR o.attempt_base > o.attempt THEN 'bad attempt numbers' END,
+            CASE WHEN o.status = 'in_review' AND coalesce(rv.open, 0) <> 1
+                 THEN 'in_review without exactly one open review' END
+        ] AS problems
+        FROM idempo.operations o
+        LEFT JOIN idempo.scopes s ON s.name = o.scope
+        LEFT JOIN (SELECT r.scope, r.key, count(*) AS open FROM idempo.reviews r
+                   WHERE r.resolved_at IS NULL GROUP BY r.scope, r.key) rv
+               ON rv.scope = o.scope AND rv.key = o.key
+    ) x
+    CROSS JOIN LATERAL unnest(x.problems) AS p(problem)
+    WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT r.scope, r.key, 'open review of an operation that is not in_review'
+    FROM idempo.reviews r
+    WHERE r.resolved_at IS NULL
+      AND NOT EXISTS (SELECT FROM idempo.operations o
+                      WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
+$$;

@@ -14,7 +14,7 @@ CREATE TYPE idempo.status AS ENUM
     ('in_progress', 'succeeded', 'failed', 'retryable', 'unknown', 'in_review');
 
 CREATE TYPE idempo.outcome AS ENUM
-    ('acquired', 'replay', 'busy', 'conflict', 'unknown', 'in_review', 'stale');
+    ('acquired', 'replay', 'busy', 'conflict', 'unknown', 'in_review', 'stale', 'expired');
 
 CREATE TYPE idempo.claim_result AS (
     outcome          idempo.outcome,
@@ -26,7 +26,8 @@ CREATE TYPE idempo.claim_result AS (
     first_seen_at    timestamptz,
     lease_expires_at timestamptz,
     conflict_id      bigint,
-    review_id        bigint
+    review_id        bigint,
+    completed_at     timestamptz
 );
 
 ------------------------------------------------------------------------------------------------
@@ -647,6 +648,51 @@ BEGIN
 END
 $$;
 
+-- Releases a remembered key on purpose: a finished record whose result has expired (a claim
+-- answers 'expired' for it) is deleted, so that the next claim of the key is 'acquired' and the
+-- action runs again.  Recorded as a closed review (reason 'manual', resolution 'released', the
+-- reviewer, the note, the row as it was) and, in audited scopes, as an event 'release'.
+CREATE FUNCTION idempo.release(scope text, key text, reviewer text, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    o idempo.operations;
+    k text;
+    t timestamptz := idempo.now();
+    review bigint;
+BEGIN
+    IF reviewer IS NULL OR reviewer = '' THEN
+        RAISE EXCEPTION 'a reviewer must be named to release key "%" in scope "%"', release.key, release.scope
+            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
+    END IF;
+    k := idempo.stored_key(release.scope, release.key);   -- refuses an unknown scope or a bad key
+    PERFORM idempo.refuse_on_subscriber(release.scope, k);
+    SELECT * INTO o FROM idempo.operations AS x
+     WHERE x.scope = release.scope AND x.key = k FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": there is no such operation', release.key, release.scope
+            USING ERRCODE = '42704', HINT = 'Nothing to release: the next claim of the key acquires it.';
+    END IF;
+    IF o.status NOT IN ('succeeded', 'failed') OR o.expires_at > t THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": it is not a remembered key (status %, result expires %)',
+            release.key, release.scope, o.status, coalesce(o.expires_at::text, 'never')
+            USING ERRCODE = '55000',
+                  HINT = 'Only a finished record whose result has expired can be released; put a live record in review with idempo.request_review().';
+    END IF;
+    INSERT INTO idempo.reviews AS r (scope, key, reason, opened_at, operation, detail, resolved_at,
+                                     resolved_by, resolution, note)
+    VALUES (o.scope, o.key, 'manual', t, o, 'remembered key released: the action may run again', t,
+            reviewer, 'released', release.note)
+    RETURNING r.id INTO review;
+    DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
+    IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
+        INSERT INTO idempo.events (at, scope, key, attempt, from_status, action, actor)
+        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release', session_user);
+    END IF;
+    RETURN review;
+END
+$$;
+
 ------------------------------------------------------------------------------------------------
 -- What people look at
 ------------------------------------------------------------------------------------------------
@@ -741,7 +787,10 @@ CREATE FUNCTION idempo.check_consistency()
                  THEN 'unfinished with expires_at' END,
             CASE WHEN o.status = 'in_review' AND o.sweep_at IS NOT NULL THEN 'in_review but scheduled for the sweep' END,
             CASE WHEN o.status <> 'in_review' AND o.sweep_at IS NULL THEN 'never swept' END,
-            CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at THEN 'swept after expiry' END,
+            -- a finished row swept after its expiry is a remembered key (src/expiry.c): it holds no result
+            CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at
+                      AND (o.result IS NOT NULL OR o.params IS NOT NULL OR o.error IS NOT NULL OR o.run_id IS NOT NULL)
+                 THEN 'swept after expiry, still holding its result' END,
             CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
                       AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
                       AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END,
