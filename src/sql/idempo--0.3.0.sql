@@ -674,8 +674,10 @@ BEGIN
             USING ERRCODE = '42704', HINT = 'Nothing to release: the next claim of the key acquires it.';
     END IF;
     IF o.status NOT IN ('succeeded', 'failed') OR o.expires_at > t THEN
-        RAISE EXCEPTION 'cannot release key "%" in scope "%": it is not a remembered key (status %, result expires %)',
-            release.key, release.scope, o.status, coalesce(o.expires_at::text, 'never')
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": it is not a remembered key (%)',
+            release.key, release.scope,
+            CASE WHEN o.status IN ('succeeded', 'failed') THEN o.status || ', its result has not expired yet'
+                 ELSE o.status::text END
             USING ERRCODE = '55000',
                   HINT = 'Only a finished record whose result has expired can be released; put a live record in review with idempo.request_review().';
     END IF;
