@@ -60,8 +60,12 @@ SELECT params IS NOT NULL AS still_full FROM idempo.lookup('pay', 'p-2');
 RESET idempo.clock_offset;
 SELECT count(*) FROM (SELECT idempo.claim('pay', 's-' || g, '{"n":1}', complete_on_commit => true)
                       FROM generate_series(1, 5) g) c;
+SELECT outcome FROM idempo.claim('pay', 's-6', '{"n":6}', run_id => 'run-6');
+SELECT idempo.complete('pay', 's-6', 1, result => '{"receipt":"R-6"}', target_ref => 'TX-6');
 SET idempo.clock_offset = '2 days';
 SELECT * FROM idempo.sweep();
+SELECT status, result, params, run_id, target_ref, sweep_at - expires_at AS remembered_for
+FROM idempo.lookup('pay', 's-6');
 SELECT count(*) AS remembered FROM idempo.operations
 WHERE scope = 'pay' AND result IS NULL AND params IS NULL
   AND sweep_at = expires_at + interval '360 days';  -- idempo counts a month as 30 days
