@@ -217,7 +217,8 @@ idempo_catalog(void)
 	fresh.owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
-	fresh.scope_rules = get_attnum(fresh.scopes_relid, "remember") != InvalidAttrNumber &&
+	fresh.scope_rules = get_attnum(fresh.scopes_relid, "durability") != InvalidAttrNumber &&
+		get_attnum(fresh.scopes_relid, "remember") != InvalidAttrNumber &&
 		get_attnum(fresh.scopes_relid, "fingerprint_ignore") != InvalidAttrNumber;
 
 	fresh.status_typid = type_oid("status", fresh.namespace_oid);

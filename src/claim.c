@@ -428,6 +428,15 @@ claim_with_lock_timeout(void *arg)
 	(void) set_config_option("lock_timeout", call->lock_timeout, PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	claim_locked(call->ans, call->a);
+
+	/*
+	 * A lock granted just as its lock_timeout fired leaves the cancel
+	 * pending (ProcSleep keeps the timeout's indicator so that the cancel is
+	 * reported as a lock timeout).  It must surface here, where the
+	 * subtransaction turns it into a retry, and not at the caller's next
+	 * CHECK_FOR_INTERRUPTS() as a raw 55P03 that nobody asked for.
+	 */
+	CHECK_FOR_INTERRUPTS();
 	AtEOXact_GUC(true, nest);
 }
 
@@ -744,6 +753,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 		ans.conflict_id = idempo_record_conflict(&c);
 	}
 
+	if (ans.outcome == OUTCOME_ACQUIRED)
+		idempo_durability_acquired(a.scope, a.key);
 	idempo_count(COUNTER_CLAIMS + ans.outcome, 1);
 	result = build_result(fcinfo, &ans);
 	PG_RETURN_DATUM(result);

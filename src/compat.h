@@ -106,4 +106,30 @@ guc_malloc(int elevel, size_t size)
 
 #endif							/* PG_VERSION_NUM < 180000 */
 
+/*
+ * Whether synchronous standbys are defined, as the commit's wait for them
+ * sees it (SyncRepWaitForLSN); call with SyncRepLock held.  Minor releases of
+ * May 2025 (15.13, 17.5, 18) replaced the flag sync_standbys_defined with the
+ * bits sync_standbys_status, whose "not yet initialised" state means the
+ * backend's own synchronous_standby_names decides.  A difference between
+ * minor releases, so it is told by the header, not by PG_VERSION_NUM.
+ */
+#include "replication/syncrep.h"
+#include "replication/walsender_private.h"
+
+static inline bool
+idempo_sync_standbys_defined(void)
+{
+#ifdef SYNC_STANDBY_DEFINED
+	bits8		status = ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_status;
+
+	/* not yet published by the checkpointer: the session's own setting decides */
+	if (!(status & SYNC_STANDBY_INIT))
+		return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+	return (status & SYNC_STANDBY_DEFINED) != 0;
+#else
+	return ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_defined;
+#endif
+}
+
 #endif							/* IDEMPO_COMPAT_H */

@@ -86,6 +86,9 @@ typedef enum IdempoOutcome
 #define IDEMPO_DIGEST_LEN		32	/* SHA-256 */
 #define IDEMPO_DIGEST_HEX_LEN	64
 
+/* idempo's own SQLSTATE (class ID: implementation-defined, per the SQL standard) */
+#define ERRCODE_IDEMPO_NOT_REPLICATED	MAKE_SQLSTATE('I','D','0','0','1')
+
 extern const char *const idempo_status_names[NUM_STATUSES];
 extern const char *const idempo_outcome_names[NUM_OUTCOMES];
 extern const char *idempo_status_phrase(IdempoStatus s);
@@ -110,7 +113,7 @@ typedef struct IdempoCatalog
 	Oid			scopes_relid;
 	Oid			operations_relid;
 	Oid			owner;			/* owner of idempo.operations: runs our SQL */
-	bool		scope_rules;	/* idempo.scopes has remember and fingerprint_ignore (0.3.0) */
+	bool		scope_rules;	/* idempo.scopes has durability, remember, fingerprint_ignore (0.3.0) */
 	Oid			status_typid;
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
@@ -198,6 +201,7 @@ typedef struct IdempoScope
 	bool		hash_keys;
 	bool		store_params;
 	bool		audit;
+	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
 	int64		remember_us;	/* 0: finished records are purged at expires_at */
 	IdempoIgnore *fingerprint_ignore;	/* NULL: every field counts */
 	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
@@ -206,6 +210,7 @@ typedef struct IdempoScope
 } IdempoScope;
 
 extern const IdempoScope *idempo_scope_get(const char *name);
+extern void idempo_durability_acquired(const IdempoScope *scope, const char *key);
 extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_reset(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);

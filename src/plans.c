@@ -60,11 +60,11 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_SCOPE_GET] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "
-		"allowed_role::pg_catalog.text, owner, enabled, remember, fingerprint_ignore "
+		"allowed_role::pg_catalog.text, owner, enabled, durability, remember, fingerprint_ignore "
 		"FROM idempo.scopes WHERE name OPERATOR(pg_catalog.=) $1",
 		"t"
 	},
-	/* objects of 0.1.0 and 0.2.0: no remembered keys, every field counts */
+	/* objects of 0.1.0 and 0.2.0: every scope 'local', no remembered keys, every field counts */
 	[PLAN_SCOPE_GET_0_2] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "

@@ -163,9 +163,41 @@ ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 REVOKE ALL ON FUNCTION idempo.drop_guard() FROM PUBLIC;
 
 ------------------------------------------------------------------------------------------------
--- Remembered keys (scope option remember) and fingerprint rules (scope option fingerprint_ignore)
+-- Scopes may demand that their claims survive failover: durability 'replicated'
+-- (src/durability.c)
 ------------------------------------------------------------------------------------------------
 
+-- create_scope() and alter_scope() gain parameters, so they are dropped and created again; an
+-- EXECUTE right granted on them cannot be carried over by this script (a GRANT made here would
+-- count as part of the extension, and pg_dump would then leave it out), so each one is named.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.proname,
+                    CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee,
+                    a.is_grantable
+             FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+             WHERE p.pronamespace = 'idempo'::pg_catalog.regnamespace
+               AND p.proname IN ('create_scope', 'alter_scope')
+               AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+             ORDER BY 1, 2
+    LOOP
+        RAISE WARNING 'idempo.%() gains parameters in 0.3.0: the EXECUTE right of % on it is not carried over',
+            r.proname, r.grantee
+            USING HINT = pg_catalog.format('Grant it again after the update: GRANT EXECUTE ON FUNCTION idempo.%s TO %s%s;',
+                                           r.proname, r.grantee,
+                                           CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+ALTER TABLE idempo.scopes ADD COLUMN durability text NOT NULL DEFAULT 'local'
+    CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated'));
+
+-- Remembered keys (scope option remember, docs/remembered-keys.md) and fingerprint rules (scope
+-- option fingerprint_ignore, docs/fingerprint-rules.md); create_scope/alter_scope below take them.
 ALTER TABLE idempo.scopes
     ADD COLUMN remember interval NOT NULL DEFAULT '0',
     ADD COLUMN fingerprint_ignore text[] NOT NULL DEFAULT '{}',
@@ -174,18 +206,6 @@ COMMENT ON COLUMN idempo.scopes.remember IS
     'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
 COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
     'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
-
--- The fingerprint of params without the fields named by ignore (dot paths of object keys from the
--- top; arrays are not entered, absent paths are ignored): what a claim computes in a scope with
--- fingerprint_ignore.  NULL ignore ignores nothing.
-CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
-    AS 'MODULE_PATHNAME', 'idempo_fingerprint_ignoring'
-    LANGUAGE C IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
-    'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
--- (revoked first, so that its privileges read as a fresh install's)
-REVOKE ALL ON FUNCTION idempo.fingerprint(jsonb, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
 
 CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -234,6 +254,12 @@ BEGIN
         RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
             USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
     END IF;
+    IF s.durability IS NULL OR s.durability NOT IN ('local', 'replicated') THEN
+        RAISE EXCEPTION 'durability of scope "%" must be ''local'' or ''replicated'', not %',
+            s.name, coalesce(quote_literal(s.durability), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''replicated'' when a claim must survive a failover: its commit then needs a synchronous standby.';
+    END IF;
     IF s.allowed_role IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
@@ -280,14 +306,7 @@ BEGIN
 END
 $$;
 
-
--- create_scope and alter_scope gain the two settings (new signatures: roles granted EXECUTE on the
--- old ones need a GRANT on the new ones, README "Upgrades").
-DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean,
-                                  boolean, boolean, name, text, text, text);
-DROP FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean,
-                                 boolean, boolean, name, text, text, text);
-
+DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
 CREATE FUNCTION idempo.create_scope(
     name                text,
     retention           interval DEFAULT '24 hours',
@@ -303,6 +322,7 @@ CREATE FUNCTION idempo.create_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
+    durability          text     DEFAULT 'local',
     remember            interval DEFAULT '0',
     fingerprint_ignore  text[]   DEFAULT '{}')
     RETURNS idempo.scopes
@@ -324,6 +344,7 @@ BEGIN
     s.owner := create_scope.owner;
     s.environment := create_scope.environment;
     s.description := create_scope.description;
+    s.durability := create_scope.durability;
     s.remember := create_scope.remember;
     s.fingerprint_ignore := create_scope.fingerprint_ignore;
     s.enabled := true;
@@ -340,13 +361,7 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean,
-    boolean, boolean, boolean, name, text, text, text, interval, text[]) FROM PUBLIC;
-
--- NULL leaves a setting unchanged.  To clear a nullable setting pass max_attempts => 0,
--- allowed_role => '', owner/environment/description => ''; fingerprint_ignore => '{}' lets every
--- field count again.  fingerprint_ignore cannot change while the scope has operations: their
--- fingerprints were computed under the old rule, and a redelivery would become a conflict.
+DROP FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
 CREATE FUNCTION idempo.alter_scope(
     name                text,
     retention           interval DEFAULT NULL,
@@ -362,6 +377,7 @@ CREATE FUNCTION idempo.alter_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
+    durability          text     DEFAULT NULL,
     remember            interval DEFAULT NULL,
     fingerprint_ignore  text[]   DEFAULT NULL)
     RETURNS idempo.scopes
@@ -418,6 +434,7 @@ BEGIN
     IF alter_scope.description IS NOT NULL THEN
         s.description := nullif(alter_scope.description, '');
     END IF;
+    s.durability := coalesce(alter_scope.durability, s.durability);
     s.updated_at := now();
     PERFORM idempo.check_scope(s);
     UPDATE idempo.scopes AS sc SET
@@ -426,7 +443,8 @@ BEGIN
         require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
-        updated_at = s.updated_at, remember = s.remember, fingerprint_ignore = s.fingerprint_ignore
+        durability = s.durability, updated_at = s.updated_at, remember = s.remember,
+        fingerprint_ignore = s.fingerprint_ignore
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
@@ -442,8 +460,28 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean,
-    boolean, boolean, boolean, name, text, text, text, interval, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Fingerprint rules: idempo.fingerprint(params, ignore)
+------------------------------------------------------------------------------------------------
+
+-- The fingerprint of params without the fields named by ignore (dot paths of object keys from the
+-- top; arrays are not entered, absent paths are ignored): what a claim computes in a scope with
+-- fingerprint_ignore.  NULL ignore ignores nothing.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_ignoring'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
+    'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
+-- (revoked first, so that its privileges read as a fresh install's)
+REVOKE ALL ON FUNCTION idempo.fingerprint(jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Remembered keys
+------------------------------------------------------------------------------------------------
 
 -- Remembered keys: a claim of one answers 'expired', with the time the action finished.
 ALTER TYPE idempo.outcome ADD VALUE 'expired';

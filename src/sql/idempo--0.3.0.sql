@@ -54,6 +54,8 @@ CREATE TABLE idempo.scopes (
     enabled             boolean     NOT NULL DEFAULT true,
     created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    durability          text        NOT NULL DEFAULT 'local'
+        CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated')),
     remember            interval    NOT NULL DEFAULT '0',
     fingerprint_ignore  text[]      NOT NULL DEFAULT '{}',
     CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
@@ -379,6 +381,12 @@ BEGIN
         RAISE EXCEPTION 'max_attempts of scope "%" must be at least 1, not %', s.name, s.max_attempts
             USING ERRCODE = '22023', HINT = 'Leave it NULL (alter_scope: 0) for no limit.';
     END IF;
+    IF s.durability IS NULL OR s.durability NOT IN ('local', 'replicated') THEN
+        RAISE EXCEPTION 'durability of scope "%" must be ''local'' or ''replicated'', not %',
+            s.name, coalesce(quote_literal(s.durability), 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Use ''replicated'' when a claim must survive a failover: its commit then needs a synchronous standby.';
+    END IF;
     IF s.allowed_role IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.allowed_role) THEN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
@@ -440,6 +448,7 @@ CREATE FUNCTION idempo.create_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
+    durability          text     DEFAULT 'local',
     remember            interval DEFAULT '0',
     fingerprint_ignore  text[]   DEFAULT '{}')
     RETURNS idempo.scopes
@@ -461,6 +470,7 @@ BEGIN
     s.owner := create_scope.owner;
     s.environment := create_scope.environment;
     s.description := create_scope.description;
+    s.durability := create_scope.durability;
     s.remember := create_scope.remember;
     s.fingerprint_ignore := create_scope.fingerprint_ignore;
     s.enabled := true;
@@ -496,6 +506,7 @@ CREATE FUNCTION idempo.alter_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
+    durability          text     DEFAULT NULL,
     remember            interval DEFAULT NULL,
     fingerprint_ignore  text[]   DEFAULT NULL)
     RETURNS idempo.scopes
@@ -552,6 +563,7 @@ BEGIN
     IF alter_scope.description IS NOT NULL THEN
         s.description := nullif(alter_scope.description, '');
     END IF;
+    s.durability := coalesce(alter_scope.durability, s.durability);
     s.updated_at := now();
     PERFORM idempo.check_scope(s);
     UPDATE idempo.scopes AS sc SET
@@ -560,7 +572,8 @@ BEGIN
         require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
-        updated_at = s.updated_at, remember = s.remember, fingerprint_ignore = s.fingerprint_ignore
+        durability = s.durability, updated_at = s.updated_at, remember = s.remember,
+        fingerprint_ignore = s.fingerprint_ignore
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:

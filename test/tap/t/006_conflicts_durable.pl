@@ -100,12 +100,17 @@ $node->poll_query_until('db1', q{SELECT count(*) = 1 FROM pg_stat_activity
 $node->safe_psql('db1', q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	WHERE query LIKE '%"terminated"%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()});
 kill 'CONT', $sweeper;
-$waiter->quit;
+eval { $waiter->quit };    # its psql may already have exited with the lost connection (EPIPE)
 ok($node->poll_query_until('db1', q{SELECT count(*) = 1 FROM idempo.conflicts WHERE incoming_params->>'n' = 'terminated'}),
    'a claim terminated while waiting: its conflict is recorded');
 
 my $log_offset = -s $node->logfile;
 $node->stop;
-ok(!$node->log_contains(qr/FATAL/, $log_offset), 'a clean shutdown logs no FATAL line');
+# A sweeper caught in the middle of a round is terminated as PostgreSQL terminates any worker
+# (its transaction rolls back, the next sweep redoes it): that FATAL line is PostgreSQL's own and
+# depends on timing; any other is ours.
+my @fatal = grep { /FATAL/ && !/FATAL:  terminating background worker "idempo sweeper" due to administrator command/ }
+  split /\n/, substr(slurp_file($node->logfile), $log_offset);
+is(join("\n", @fatal), '', 'a clean shutdown logs no FATAL line but the termination of a busy sweeper');
 ok(!$node->log_contains(qr/could not record a conflict/), 'nothing failed to record');
 done_testing();
