@@ -40,7 +40,7 @@ FROM idempo.lookup('pay', 'p-1');
 -- again: still expired; with another request: a conflict (recorded, without stored params)
 SELECT outcome FROM idempo.claim('pay', 'p-1', '{"amount":10}');
 SELECT outcome, status, conflict_id IS NOT NULL AS recorded FROM idempo.claim('pay', 'p-1', '{"amount":11}');
-SELECT key, stored_status, stored_target_ref, stored_params FROM idempo.conflict_queue WHERE scope = 'pay';
+SELECT key, stored_status, stored_target_ref, stored_params, changed_fields FROM idempo.conflict_queue WHERE scope = 'pay';
 -- a claim without a fingerprint is expired as well
 SELECT outcome FROM idempo.claim('pay', 'p-1');
 -- complete, fail and verify refuse it like any finished record

@@ -580,3 +580,17 @@ CREATE OR REPLACE FUNCTION idempo.check_consistency()
       AND NOT EXISTS (SELECT FROM idempo.operations o
                       WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
 $$;
+
+-- The top-level fields whose values differ between two parameter documents (store_params scopes).
+-- STRICT: without one side (a conflict with a remembered key, whose params are gone) nothing is
+-- listed, rather than a made-up field.
+CREATE OR REPLACE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
+    RETURNS TABLE (field text, stored_value jsonb, incoming_value jsonb)
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT COALESCE(s.key, i.key), s.value, i.value
+    FROM jsonb_each(CASE WHEN jsonb_typeof(stored) = 'object' THEN stored ELSE jsonb_build_object('', stored) END) s
+    FULL JOIN jsonb_each(CASE WHEN jsonb_typeof(incoming) = 'object' THEN incoming ELSE jsonb_build_object('', incoming) END) i
+           ON i.key = s.key
+    WHERE s.value IS DISTINCT FROM i.value
+    ORDER BY 1
+$$;
