@@ -150,12 +150,14 @@ BEGIN
                                   fuzz.ival(), fuzz.ival(), fuzz.pick('unknown', 'retry', 'bogus', NULL),
                                   fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
                                   fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
-                                  fuzz.ival(), fuzz.paths());
+                                  remember => fuzz.ival(),
+                                  fingerprint_ignore => fuzz.paths());
     WHEN 'alter_scope' THEN
       PERFORM idempo.alter_scope(fuzz.scope(), fuzz.ival(), fuzz.ival(), fuzz.pick('unknown', 'retry', 'bogus', NULL),
                                  fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
                                  fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
-                                 fuzz.ival(), fuzz.paths());
+                                 remember => fuzz.ival(),
+                                 fingerprint_ignore => fuzz.paths());
     WHEN 'enable_scope' THEN PERFORM idempo.enable_scope(fuzz.scope());
     WHEN 'disable_scope' THEN PERFORM idempo.disable_scope(fuzz.scope());
     WHEN 'resolve_conflict' THEN
