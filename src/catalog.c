@@ -37,7 +37,7 @@ const char *const idempo_status_names[NUM_STATUSES] = {
 };
 
 const char *const idempo_outcome_names[NUM_OUTCOMES] = {
-	"acquired", "replay", "busy", "conflict", "unknown", "in_review", "stale"
+	"acquired", "replay", "busy", "conflict", "unknown", "in_review", "stale", "expired"
 };
 
 /* What an operation in this status is, for messages: "cannot complete ...: <phrase>". */
@@ -85,15 +85,18 @@ idempo_catalog_register_callbacks(void)
 	CacheRegisterRelcacheCallback(idempo_relcache_callback, (Datum) 0);
 }
 
-/* OID of one label of one of our enums; the extension script must be intact. */
+/*
+ * OID of one label of one of our enums; the extension script must be intact.
+ * missing_ok: a label that older versions' objects do not have.
+ */
 static Oid
-enum_label_oid(Oid typid, const char *label)
+enum_label_oid(Oid typid, const char *label, bool missing_ok)
 {
 	Oid			oid;
 
 	oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
 						  ObjectIdGetDatum(typid), CStringGetDatum(label));
-	if (!OidIsValid(oid))
+	if (!OidIsValid(oid) && !missing_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("label \"%s\" of an idempo enum type is missing", label),
@@ -214,12 +217,18 @@ idempo_catalog(void)
 	fresh.owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
+	fresh.scope_rules = get_attnum(fresh.scopes_relid, "durability") != InvalidAttrNumber &&
+		get_attnum(fresh.scopes_relid, "remember") != InvalidAttrNumber &&
+		get_attnum(fresh.scopes_relid, "fingerprint_ignore") != InvalidAttrNumber;
+
 	fresh.status_typid = type_oid("status", fresh.namespace_oid);
 	fresh.outcome_typid = type_oid("outcome", fresh.namespace_oid);
 	for (i = 0; i < NUM_STATUSES; i++)
-		fresh.status_label[i] = enum_label_oid(fresh.status_typid, idempo_status_names[i]);
+		fresh.status_label[i] = enum_label_oid(fresh.status_typid, idempo_status_names[i], false);
+	/* 'expired' came with 0.3.0 (remembered keys, which older objects cannot configure) */
 	for (i = 0; i < NUM_OUTCOMES; i++)
-		fresh.outcome_label[i] = enum_label_oid(fresh.outcome_typid, idempo_outcome_names[i]);
+		fresh.outcome_label[i] = enum_label_oid(fresh.outcome_typid, idempo_outcome_names[i],
+												i == OUTCOME_EXPIRED && !fresh.scope_rules);
 
 	catalog = fresh;
 	catalog_valid = true;
@@ -251,6 +260,11 @@ idempo_status_datum(IdempoStatus s)
 Datum
 idempo_outcome_datum(IdempoOutcome o)
 {
+	Oid			label;
+
 	Assert(o >= 0 && o < NUM_OUTCOMES);
-	return ObjectIdGetDatum(idempo_catalog()->outcome_label[o]);
+	label = idempo_catalog()->outcome_label[o];
+	if (!OidIsValid(label))
+		elog(ERROR, "outcome \"%s\" needs the objects of idempo 0.3.0", idempo_outcome_names[o]);
+	return ObjectIdGetDatum(label);
 }

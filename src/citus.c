@@ -183,6 +183,9 @@ idempo_citus_sweep_execute(const IdempoCitusShard *shard, IdempoPlanId id, Datum
 		case PLAN_SWEEP_PURGE:
 			sql = psprintf("DELETE FROM %s o " SWEEP_PURGE_WHERE, shard->operations);
 			break;
+		case PLAN_SWEEP_SHRINK:
+			sql = psprintf("UPDATE %s o " SWEEP_SHRINK_REST, shard->operations);
+			break;
 		case PLAN_SWEEP_REVIEW:
 		case PLAN_SWEEP_REVIEW_SAFE:
 			sql = psprintf("INSERT INTO %s (id, scope, key, reason, opened_at, operation, detail) "

@@ -15,7 +15,8 @@
  *	  rolled back, nothing (and this claim inserts).
  * 2. Otherwise the record is read FOR UPDATE, and decide_existing() applies
  *	  the rules of the spec in their order: expiry first (a finished record
- *	  past expires_at counts as absent; unfinished work past retention goes to
+ *	  past expires_at counts as absent, or in a scope that remembers keys is
+ *	  shrunk to a remembered key, answered 'expired'; unfinished work past retention goes to
  *	  review; a lease that ran out makes the attempt 'unknown', or is
  *	  re-acquired in 'retry' scopes), then the fingerprint comparison
  *	  ('conflict', recorded durably by conflicts.c), then the status.
@@ -230,6 +231,11 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				}
 				return;
 			}
+		case EXPIRY_REMEMBER:
+			/* a remembered key from now on; a read-only claim answers so and leaves it to the sweep */
+			op_row_shrink(r, s);
+			changed = !a->read_only;
+			break;
 		case EXPIRY_REVIEW:
 			must_write(a, "its retention ran out unfinished, so it goes to review");
 			to_review(ans, a, "retention_expired", op_retention_detail(r));
@@ -290,7 +296,8 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			break;
 		case STATUS_SUCCEEDED:
 		case STATUS_FAILED:
-			ans->outcome = OUTCOME_REPLAY;
+			/* a remembered key: it finished, its result is gone; it must not run again */
+			ans->outcome = op_row_remembered(r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
 			break;
 		case STATUS_UNKNOWN:
 			ans->outcome = OUTCOME_UNKNOWN;
@@ -533,10 +540,11 @@ static Datum
 build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 {
 	TupleDesc	desc;
-	Datum		values[10];
-	bool		nulls[10];
+	Datum		values[11];
+	bool		nulls[11];
 	OpRow	   *r = &ans->row;
 	bool		replay = ans->outcome == OUTCOME_REPLAY;
+	bool		expired = ans->outcome == OUTCOME_EXPIRED;
 
 	/* the result's descriptor, looked up once per call site */
 	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
@@ -571,7 +579,7 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 			values[3] = PointerGetDatum(r->result);
 			nulls[3] = false;
 		}
-		if (replay && r->target_ref != (Datum) 0)
+		if ((replay || expired) && r->target_ref != (Datum) 0)
 		{
 			values[4] = r->target_ref;
 			nulls[4] = false;
@@ -592,6 +600,16 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 		values[9] = Int64GetDatum(ans->review_id);
 		nulls[9] = false;
 	}
+	/* completed_at (0.3.0's claim_result): when a replayed or remembered action finished */
+	if (desc->natts > 10 && ans->has_row && (replay || expired) &&
+		!TIMESTAMP_IS_NOBEGIN(r->completed_at))
+	{
+		values[10] = TimestampTzGetDatum(r->completed_at);
+		nulls[10] = false;
+	}
+	if (desc->natts > lengthof(values))
+		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
+			 desc->natts, (int) lengthof(values));
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
@@ -667,7 +685,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 	}
 	else if (a.params != NULL)
 	{
-		idempo_fingerprint_jsonb(a.params, a.fingerprint);
+		/* without the fields the scope ignores (fingerprint_rules.c) */
+		idempo_fingerprint_ignoring_jsonb(a.params, a.scope->fingerprint_ignore, a.fingerprint);
 		a.has_fingerprint = true;
 	}
 	if (a.scope->require_fingerprint && !a.has_fingerprint)
@@ -724,8 +743,11 @@ idempo_claim(PG_FUNCTION_ARGS)
 		c.key = a.key;
 		c.stored_fingerprint = ans.stored_fingerprint;
 		c.incoming_fingerprint = a.fingerprint;
-		c.stored_params = a.scope->store_params ? ans.stored_params : NULL;
-		c.incoming_params = a.scope->store_params ? a.params : NULL;
+		/* the fields the fingerprint ignores are no part of what differs: left out of both */
+		c.stored_params = a.scope->store_params && ans.stored_params ?
+			idempo_ignore_apply(ans.stored_params, a.scope->fingerprint_ignore) : NULL;
+		c.incoming_params = a.scope->store_params && a.params ?
+			idempo_ignore_apply(a.params, a.scope->fingerprint_ignore) : NULL;
 		c.run_id = a.run_id ? TextDatumGetCString(a.run_id) : NULL;
 		c.detected_at = a.now;
 		ans.conflict_id = idempo_record_conflict(&c);

@@ -5,7 +5,9 @@
  *	  time) and sweep (in the background), so that both always agree.
  *
  * In the order the spec applies them:
- *	 1. a finished record past expires_at counts as absent (sweep: purge);
+ *	 1. a finished record past expires_at counts as absent (sweep: purge),
+ *		unless its scope remembers keys: then it is shrunk to a remembered
+ *		key, which counts as absent only once expires_at + remember passed;
  *	 2. unfinished work whose first_seen_at + retention has passed goes to
  *		review, whatever its lease;
  *	 3. an in_progress attempt whose lease ran out becomes unknown, or in
@@ -27,6 +29,38 @@ op_review_at(const OpRow *r, const IdempoScope *s)
 }
 
 /*
+ * Whether a finished record is a remembered key: shrunk, its result gone.
+ * Nothing but the shrink moves a finished record's sweep_at past its
+ * expires_at (complete, fail, verify and resolve set it to expires_at at
+ * most), so the two times tell it, with no column of its own: objects of
+ * 0.1.0 and 0.2.0, which cannot configure remember, never have one.
+ */
+bool
+op_row_remembered(const OpRow *r)
+{
+	return idempo_status_finished(r->status) &&
+		!TIMESTAMP_IS_NOBEGIN(r->sweep_at) && !TIMESTAMP_IS_NOBEGIN(r->expires_at) &&
+		r->sweep_at > r->expires_at;
+}
+
+/*
+ * Shrinks a finished record past expires_at to a remembered key: the key,
+ * fingerprint, status, attempt, times and target_ref stay; the result,
+ * params, error text and run id go.  It is forgotten (purged) at
+ * expires_at + remember.  The sweep's SWEEP_SHRINK_REST does the same.
+ */
+void
+op_row_shrink(OpRow *r, const IdempoScope *s)
+{
+	Assert(idempo_status_finished(r->status) && s->remember_us > 0);
+	r->result = NULL;
+	r->params = NULL;
+	r->error = (Datum) 0;
+	r->run_id = (Datum) 0;
+	r->sweep_at = idempo_time_add(r->expires_at, s->remember_us);
+}
+
+/*
  * What is due on the record at "now".  *next_due is set to the earliest
  * time something will be due (DT_NOBEGIN: never, the record is in review).
  */
@@ -38,8 +72,24 @@ op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now, TimestampTz *ne
 	*next_due = DT_NOBEGIN;
 	if (idempo_status_finished(r->status))
 	{
+		TimestampTz forget_at;
+
+		if (op_row_remembered(r))
+		{
+			/* forgotten when the time it was remembered for has passed */
+			*next_due = r->sweep_at;
+			return r->sweep_at <= now ? EXPIRY_ABSENT : EXPIRY_NONE;
+		}
 		*next_due = r->expires_at;
-		return r->expires_at <= now ? EXPIRY_ABSENT : EXPIRY_NONE;
+		if (r->expires_at > now)
+			return EXPIRY_NONE;
+		if (s->remember_us <= 0)
+			return EXPIRY_ABSENT;
+		forget_at = idempo_time_add(r->expires_at, s->remember_us);
+		if (forget_at <= now)
+			return EXPIRY_ABSENT;
+		*next_due = forget_at;
+		return EXPIRY_REMEMBER;
 	}
 	if (!idempo_status_unfinished(r->status))
 		return EXPIRY_NONE;

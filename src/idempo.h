@@ -18,6 +18,11 @@
  *	 retryable with max_attempts used --claim--> in_review
  *	 (none), claim with intent_at older than retention --> in_review (stale)
  *	 succeeded/failed --expires_at passed--> (absent: purged, or replaced by a new claim)
+ *	   in scopes with remember > 0 instead: shrunk to a remembered key (status
+ *	   kept; result, params, error, run_id dropped; sweep_at = expires_at +
+ *	   remember), which claims answer 'expired', and which is purged (absent)
+ *	   once sweep_at passes.  A finished row is remembered exactly when its
+ *	   sweep_at is later than its expires_at (op_row_remembered()).
  *	 in_review --resolve--> succeeded/failed/retryable; nothing automatic touches it.
  *
  * Invariants kept by every writer (and checked by idempo.check_consistency):
@@ -72,6 +77,7 @@ typedef enum IdempoOutcome
 	OUTCOME_UNKNOWN,
 	OUTCOME_IN_REVIEW,
 	OUTCOME_STALE,
+	OUTCOME_EXPIRED,			/* a remembered key: finished, its result gone (0.3.0) */
 	NUM_OUTCOMES
 } IdempoOutcome;
 
@@ -107,10 +113,11 @@ typedef struct IdempoCatalog
 	Oid			scopes_relid;
 	Oid			operations_relid;
 	Oid			owner;			/* owner of idempo.operations: runs our SQL */
+	bool		scope_rules;	/* idempo.scopes has durability, remember, fingerprint_ignore (0.3.0) */
 	Oid			status_typid;
 	Oid			outcome_typid;
 	Oid			status_label[NUM_STATUSES];	/* pg_enum OIDs */
-	Oid			outcome_label[NUM_OUTCOMES];
+	Oid			outcome_label[NUM_OUTCOMES];	/* InvalidOid: not in this version */
 } IdempoCatalog;
 
 extern const IdempoCatalog *idempo_catalog(void);
@@ -138,6 +145,7 @@ typedef enum IdempoPlanId
 	PLAN_EVENT_LOG,
 	PLAN_SWEEP_DUE,
 	PLAN_SWEEP_PURGE,
+	PLAN_SWEEP_SHRINK,
 	PLAN_SWEEP_REVIEW,
 	PLAN_SWEEP_REVIEW_SAFE,
 	PLAN_SWEEP_TO_REVIEW,
@@ -166,6 +174,18 @@ extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls,
 extern bool idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected);
 extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
+/* ---- fingerprint_rules.c: fields left out of the fingerprint ---- */
+
+#define IDEMPO_IGNORE_MAX_PATHS			256
+#define IDEMPO_IGNORE_MAX_PATH_BYTES	1024
+
+typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
+
+#include "utils/array.h"
+extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
+extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
+extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
+
 /* ---- scope_cache.c: the scopes, cached per backend ---- */
 
 typedef struct IdempoScope
@@ -182,6 +202,8 @@ typedef struct IdempoScope
 	bool		store_params;
 	bool		audit;
 	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
+	int64		remember_us;	/* 0: finished records are purged at expires_at */
+	IdempoIgnore *fingerprint_ignore;	/* NULL: every field counts */
 	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
 	char	   *allowed_role_name;
 	char	   *owner;			/* may be NULL */
@@ -233,6 +255,7 @@ typedef struct IdempoSweepCounts
 	int64		lease_expired;
 	int64		moved_to_review;
 	int64		purged;
+	int64		remembered;		/* shrunk to a remembered key */
 	int64		rows_seen;		/* rows examined, including those only rescheduled */
 } IdempoSweepCounts;
 
@@ -258,6 +281,7 @@ typedef enum IdempoCounter
 	COUNTER_MOVED_TO_REVIEW,
 	COUNTER_PURGED,
 	COUNTER_WORKER_ERRORS,
+	COUNTER_REMEMBERED,			/* finished records shrunk to remembered keys */
 	NUM_COUNTERS
 } IdempoCounter;
 

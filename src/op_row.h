@@ -71,6 +71,11 @@ typedef enum OpCol
 #define SWEEP_DUE_WHERE \
 	"WHERE sweep_at OPERATOR(pg_catalog.<=) $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED"
 #define SWEEP_PURGE_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+/* a finished record shrunk to a remembered key: what recognises the key and its request stays */
+#define SWEEP_SHRINK_REST \
+	"SET result = NULL, params = NULL, error = NULL, run_id = NULL, sweep_at = d.sweep_at " \
+	"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(tid, sweep_at) " \
+	"WHERE o.ctid OPERATOR(pg_catalog.=) d.tid"
 #define SWEEP_REVIEW_WHERE "WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
 /* the detail of a retention_expired review; op_retention_detail() writes the same */
 #define SWEEP_REVIEW_DETAIL \
@@ -108,13 +113,16 @@ extern void op_row_check_attempt(const char *verb, const char *scope, const char
 typedef enum OpExpiry
 {
 	EXPIRY_NONE,				/* nothing due yet */
-	EXPIRY_ABSENT,				/* finished, past expires_at: counts as absent */
+	EXPIRY_ABSENT,				/* finished, past expires_at (and not remembered): counts as absent */
+	EXPIRY_REMEMBER,			/* finished, past expires_at, in a scope that remembers: shrink it */
 	EXPIRY_REVIEW,				/* unfinished, past first_seen_at + retention */
 	EXPIRY_LEASE_UNKNOWN,		/* in_progress, lease over: becomes unknown */
 	EXPIRY_LEASE_RETRY			/* in_progress, lease over, 'retry' scope */
 } OpExpiry;
 
 extern TimestampTz op_review_at(const OpRow *r, const IdempoScope *s);
+extern bool op_row_remembered(const OpRow *r);
+extern void op_row_shrink(OpRow *r, const IdempoScope *s);
 extern OpExpiry op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now,
 						  TimestampTz *next_due);
 extern void op_row_make_unknown(OpRow *r, const IdempoScope *s);

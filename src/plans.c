@@ -60,11 +60,11 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_SCOPE_GET] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "
-		"allowed_role::pg_catalog.text, owner, enabled, durability "
+		"allowed_role::pg_catalog.text, owner, enabled, durability, remember, fingerprint_ignore "
 		"FROM idempo.scopes WHERE name OPERATOR(pg_catalog.=) $1",
 		"t"
 	},
-	/* objects of 0.1.0 and 0.2.0: no durability (every scope is 'local') */
+	/* objects of 0.1.0 and 0.2.0: every scope 'local', no remembered keys, every field counts */
 	[PLAN_SCOPE_GET_0_2] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "
@@ -171,6 +171,11 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_SWEEP_PURGE] = {
 		"DELETE FROM idempo.operations o " SWEEP_PURGE_WHERE,
 		"c",
+		WRITES_BATCH
+	},
+	[PLAN_SWEEP_SHRINK] = {
+		"UPDATE idempo.operations o " SWEEP_SHRINK_REST,
+		"cz",
 		WRITES_BATCH
 	},
 	[PLAN_SWEEP_REVIEW] = {

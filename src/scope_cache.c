@@ -57,13 +57,6 @@ scope_cache_init(void)
 	scope_cache_stale = false;
 }
 
-/* Whether idempo.scopes has the column durability (0.3.0 on). */
-static bool
-scopes_have_durability(void)
-{
-	return get_attnum(idempo_catalog()->scopes_relid, "durability") != InvalidAttrNumber;
-}
-
 /* Reads one scope from idempo.scopes into *entry; false if there is none. */
 static bool
 scope_load(const char *name, IdempoScope *entry)
@@ -75,7 +68,7 @@ scope_load(const char *name, IdempoScope *entry)
 	bool		isnull;
 	char	   *role;
 
-	if (idempo_spi_execute(scopes_have_durability() ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
+	if (idempo_spi_execute(idempo_catalog()->scope_rules ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
 						   &arg, NULL, 1) == 0)
 		return false;
 	tuple = SPI_tuptable->vals[0];
@@ -97,8 +90,16 @@ scope_load(const char *name, IdempoScope *entry)
 	d = SPI_getbinval(tuple, desc, 11, &isnull);
 	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
 	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
-	entry->replicated = desc->natts >= 13 &&
+	entry->replicated = desc->natts >= 15 &&
 		strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 13, &isnull)), "replicated") == 0;
+	if (desc->natts >= 15)
+	{
+		d = SPI_getbinval(tuple, desc, 14, &isnull);
+		entry->remember_us = isnull ? 0 : idempo_interval_usecs(DatumGetIntervalP(d));
+		d = SPI_getbinval(tuple, desc, 15, &isnull);
+		entry->fingerprint_ignore = isnull ? NULL :
+			idempo_ignore_compile(DatumGetArrayTypeP(d), scope_cache_cxt, name);
+	}
 	return true;
 }
 

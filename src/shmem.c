@@ -44,11 +44,13 @@ static const char *const counter_names[NUM_COUNTERS] = {
 	[COUNTER_CLAIMS + OUTCOME_UNKNOWN] = "claims_unknown",
 	[COUNTER_CLAIMS + OUTCOME_IN_REVIEW] = "claims_in_review",
 	[COUNTER_CLAIMS + OUTCOME_STALE] = "claims_stale",
+	[COUNTER_CLAIMS + OUTCOME_EXPIRED] = "claims_expired",
 	[COUNTER_SWEEPS] = "sweeps",
 	[COUNTER_LEASE_EXPIRED] = "lease_expired",
 	[COUNTER_MOVED_TO_REVIEW] = "moved_to_review",
 	[COUNTER_PURGED] = "purged",
 	[COUNTER_WORKER_ERRORS] = "worker_errors",
+	[COUNTER_REMEMBERED] = "remembered",
 };
 
 static int

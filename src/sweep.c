@@ -8,7 +8,8 @@
  *	- in_progress past its lease -> unknown (retryable in 'retry' scopes);
  *	- unfinished past first_seen_at + retention -> in_review, with a review
  *	  (reason retention_expired) holding a snapshot of the row;
- *	- finished past expires_at -> deleted;
+ *	- finished past expires_at -> deleted, or in scopes with remember > 0
+ *	  shrunk to a remembered key (deleted once expires_at + remember passed);
  *	- rows with nothing due yet (sweep_at is allowed to be early) get the
  *	  time at which something will be due.
  * The decisions are those of claim (expiry.c).  Rows are taken FOR UPDATE
@@ -115,6 +116,24 @@ tid_array(Datum *elems, int n)
 										   TYPALIGN_SHORT));
 }
 
+/* Shrinks finished records to remembered keys (sweep_at: when each is forgotten). */
+static void
+run_shrink(const IdempoCitusShard *shard, KeyList *l)
+{
+	Datum		args[2];
+	int			dims[1];
+	int			lbs[1] = {1};
+
+	if (l->n == 0)
+		return;
+	dims[0] = l->n;
+	args[0] = tid_array(l->tid, l->n);
+	args[1] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
+												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
+												 TYPALIGN_DOUBLE));
+	sweep_execute(shard, PLAN_SWEEP_SHRINK, args);
+}
+
 static void
 run_purge(const IdempoCitusShard *shard, KeyList *l)
 {
@@ -216,7 +235,8 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 	SPITupleTable *due;
 	KeyList		purge,
 				review,
-				set;
+				set,
+				shrink;
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int32GetDatum(batch);
@@ -228,6 +248,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 	keylist_init(&purge, n);
 	keylist_init(&review, n);
 	keylist_init(&set, n);
+	keylist_init(&shrink, n);
 
 	for (i = 0; i < n; i++)
 	{
@@ -262,6 +283,10 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 				keylist_add_row(&purge, tid_d);
 				c->purged++;
 				break;
+			case EXPIRY_REMEMBER:
+				keylist_add(&shrink, tid_d, r.status, next_due, false);
+				c->remembered++;
+				break;
 			case EXPIRY_REVIEW:
 				keylist_add_row(&review, tid_d);
 				c->moved_to_review++;
@@ -288,6 +313,7 @@ sweep_one(const IdempoCitusShard *shard, int batch, TimestampTz now, Oid actor, 
 
 	run_to_review(shard, &review, now);
 	run_set(shard, &set);
+	run_shrink(shard, &shrink);
 	run_purge(shard, &purge);
 	return n;
 }
@@ -325,7 +351,8 @@ idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *tot
 		total->lease_expired += c->lease_expired;
 		total->moved_to_review += c->moved_to_review;
 		total->purged += c->purged;
-		if (tally && (c->lease_expired || c->moved_to_review || c->purged))
+		total->remembered += c->remembered;
+		if (tally && (c->lease_expired || c->moved_to_review || c->purged || c->remembered))
 			tally(t->scope, c, tally_arg);
 	}
 }

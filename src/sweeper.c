@@ -162,6 +162,7 @@ sweep_round(void)
 	idempo_count(COUNTER_LEASE_EXPIRED, total.lease_expired);
 	idempo_count(COUNTER_MOVED_TO_REVIEW, total.moved_to_review);
 	idempo_count(COUNTER_PURGED, total.purged);
+	idempo_count(COUNTER_REMEMBERED, total.remembered);
 	return total.rows_seen >= batch ? ROUND_FULL : ROUND_DONE;
 }
 
@@ -205,9 +206,10 @@ sweep_round_guarded(void)
 		ScopeMoves *m = lfirst(lc);
 
 		ereport(LOG,
-				(errmsg("idempo sweeper: scope \"%s\": %lld lease(s) expired, %lld moved to review, %lld purged",
+				(errmsg("idempo sweeper: scope \"%s\": %lld lease(s) expired, %lld moved to review, %lld purged, %lld remembered",
 						m->scope, (long long) m->counts.lease_expired,
-						(long long) m->counts.moved_to_review, (long long) m->counts.purged)));
+						(long long) m->counts.moved_to_review, (long long) m->counts.purged,
+						(long long) m->counts.remembered)));
 	}
 	return result;
 }

@@ -196,8 +196,21 @@ $$;
 ALTER TABLE idempo.scopes ADD COLUMN durability text NOT NULL DEFAULT 'local'
     CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated'));
 
+-- Remembered keys (scope option remember, docs/remembered-keys.md) and fingerprint rules (scope
+-- option fingerprint_ignore, docs/fingerprint-rules.md); create_scope/alter_scope below take them.
+ALTER TABLE idempo.scopes
+    ADD COLUMN remember interval NOT NULL DEFAULT '0',
+    ADD COLUMN fingerprint_ignore text[] NOT NULL DEFAULT '{}',
+    ADD CONSTRAINT scopes_remember_check CHECK (remember OPERATOR(pg_catalog.>=) '0'::interval);
+COMMENT ON COLUMN idempo.scopes.remember IS
+    'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
+COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
+    'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
+
 CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p text;
 BEGIN
     IF s.name IS NULL OR s.name = '' THEN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
@@ -252,6 +265,44 @@ BEGIN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
             USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
     END IF;
+    IF s.remember IS NULL OR s.remember < '0'::interval OR s.remember > '100 years'::interval THEN
+        RAISE EXCEPTION 'remember of scope "%" must be between 0 and 100 years, not %', s.name,
+            coalesce(s.remember::text, 'NULL')
+            USING ERRCODE = '22023',
+                  HINT = 'Give an interval such as ''1 year'' to keep finished keys after their results expire, or ''0'' to purge them at expires_at.';
+    END IF;
+    -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
+    IF s.fingerprint_ignore IS NULL THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must not be NULL', s.name
+            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
+    END IF;
+    IF array_ndims(s.fingerprint_ignore) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].';
+    END IF;
+    IF cardinality(s.fingerprint_ignore) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" has % paths, the limit is 256', s.name,
+            cardinality(s.fingerprint_ignore)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_ignore), 0) LOOP
+        p := s.fingerprint_ignore[array_lower(s.fingerprint_ignore, 1) + i - 1];
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF p = '' THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
+                USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is % bytes long, the limit is 1024',
+                s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
+                USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -271,7 +322,9 @@ CREATE FUNCTION idempo.create_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
-    durability          text     DEFAULT 'local')
+    durability          text     DEFAULT 'local',
+    remember            interval DEFAULT '0',
+    fingerprint_ignore  text[]   DEFAULT '{}')
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -292,6 +345,8 @@ BEGIN
     s.environment := create_scope.environment;
     s.description := create_scope.description;
     s.durability := create_scope.durability;
+    s.remember := create_scope.remember;
+    s.fingerprint_ignore := create_scope.fingerprint_ignore;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -322,7 +377,9 @@ CREATE FUNCTION idempo.alter_scope(
     owner               text     DEFAULT NULL,
     environment         text     DEFAULT NULL,
     description         text     DEFAULT NULL,
-    durability          text     DEFAULT NULL)
+    durability          text     DEFAULT NULL,
+    remember            interval DEFAULT NULL,
+    fingerprint_ignore  text[]   DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -344,6 +401,16 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Stored keys would no longer match; create a new scope instead.';
     END IF;
+    IF alter_scope.fingerprint_ignore IS NOT NULL
+       AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+           IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)
+       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+        RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+            USING ERRCODE = '55000',
+                  HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
+    END IF;
+    s.remember := coalesce(alter_scope.remember, s.remember);
+    s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
     s.retention := coalesce(alter_scope.retention, s.retention);
     s.lease := coalesce(alter_scope.lease, s.lease);
     s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
@@ -376,7 +443,8 @@ BEGIN
         require_fingerprint = s.require_fingerprint, hash_keys = s.hash_keys,
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
-        durability = s.durability, updated_at = s.updated_at
+        durability = s.durability, updated_at = s.updated_at, remember = s.remember,
+        fingerprint_ignore = s.fingerprint_ignore
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
@@ -392,5 +460,137 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Fingerprint rules: idempo.fingerprint(params, ignore)
+------------------------------------------------------------------------------------------------
+
+-- The fingerprint of params without the fields named by ignore (dot paths of object keys from the
+-- top; arrays are not entered, absent paths are ignored): what a claim computes in a scope with
+-- fingerprint_ignore.  NULL ignore ignores nothing.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_ignoring'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
+    'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
+-- (revoked first, so that its privileges read as a fresh install's)
+REVOKE ALL ON FUNCTION idempo.fingerprint(jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- Remembered keys
+------------------------------------------------------------------------------------------------
+
+-- Remembered keys: a claim of one answers 'expired', with the time the action finished.
+ALTER TYPE idempo.outcome ADD VALUE 'expired';
+ALTER TYPE idempo.claim_result ADD ATTRIBUTE completed_at timestamptz;
+
+-- Releases a remembered key on purpose: a finished record whose result has expired (a claim
+-- answers 'expired' for it) is deleted, so that the next claim of the key is 'acquired' and the
+-- action runs again.  Recorded as a closed review (reason 'manual', resolution 'released', the
+-- reviewer, the note, the row as it was) and, in audited scopes, as an event 'release'.
+CREATE FUNCTION idempo.release(scope text, key text, reviewer text, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    o idempo.operations;
+    k text;
+    t timestamptz := idempo.now();
+    review bigint;
+BEGIN
+    IF reviewer IS NULL OR reviewer = '' THEN
+        RAISE EXCEPTION 'a reviewer must be named to release key "%" in scope "%"', release.key, release.scope
+            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
+    END IF;
+    k := idempo.stored_key(release.scope, release.key);   -- refuses an unknown scope or a bad key
+    PERFORM idempo.refuse_on_subscriber(release.scope, k);
+    SELECT * INTO o FROM idempo.operations AS x
+     WHERE x.scope = release.scope AND x.key = k FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": there is no such operation', release.key, release.scope
+            USING ERRCODE = '42704', HINT = 'Nothing to release: the next claim of the key acquires it.';
+    END IF;
+    IF o.status NOT IN ('succeeded', 'failed') OR o.expires_at > t THEN
+        RAISE EXCEPTION 'cannot release key "%" in scope "%": it is not a remembered key (%)',
+            release.key, release.scope,
+            CASE WHEN o.status IN ('succeeded', 'failed') THEN o.status || ', its result has not expired yet'
+                 ELSE o.status::text END
+            USING ERRCODE = '55000',
+                  HINT = 'Only a finished record whose result has expired can be released; put a live record in review with idempo.request_review().';
+    END IF;
+    INSERT INTO idempo.reviews AS r (scope, key, reason, opened_at, operation, detail, resolved_at,
+                                     resolved_by, resolution, note)
+    VALUES (o.scope, o.key, 'manual', t, o, 'remembered key released: the action may run again', t,
+            reviewer, 'released', release.note)
+    RETURNING r.id INTO review;
+    DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
+    IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
+        INSERT INTO idempo.events (at, scope, key, attempt, from_status, action, actor)
+        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release', session_user);
+    END IF;
+    RETURN review;
+END
+$$;
+REVOKE ALL ON FUNCTION idempo.release(text, text, text, text) FROM PUBLIC;
+
+-- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
+-- Used by the tests after every fault; cheap enough to run by hand on a live system.
+CREATE OR REPLACE FUNCTION idempo.check_consistency()
+    RETURNS TABLE (scope text, key text, problem text)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET TimeZone = 'UTC' AS $$
+    -- Written so that a cluster distributed by key (Citus) can run it too: the checks of a row
+    -- form an array (no VALUES with a subquery), open reviews are counted in a join on the key.
+    SELECT x.scope, x.key, p.problem
+    FROM (
+        SELECT o.scope, o.key, ARRAY[
+            CASE WHEN s.name IS NULL THEN 'scope does not exist' END,
+            CASE WHEN o.status = 'in_progress' AND o.lease_expires_at IS NULL THEN 'in_progress without a lease' END,
+            CASE WHEN o.status <> 'in_progress' AND o.lease_expires_at IS NOT NULL THEN 'lease on a record that is not in_progress' END,
+            CASE WHEN o.status IN ('succeeded', 'failed') AND (o.completed_at IS NULL OR o.expires_at IS NULL)
+                 THEN 'finished without completed_at/expires_at' END,
+            CASE WHEN o.status NOT IN ('succeeded', 'failed') AND o.expires_at IS NOT NULL
+                 THEN 'unfinished with expires_at' END,
+            CASE WHEN o.status = 'in_review' AND o.sweep_at IS NOT NULL THEN 'in_review but scheduled for the sweep' END,
+            CASE WHEN o.status <> 'in_review' AND o.sweep_at IS NULL THEN 'never swept' END,
+            -- a finished row swept after its expiry is a remembered key (src/expiry.c): it holds no result
+            CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at
+                      AND (o.result IS NOT NULL OR o.params IS NOT NULL OR o.error IS NOT NULL OR o.run_id IS NOT NULL)
+                 THEN 'swept after expiry, still holding its result' END,
+            CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
+                      AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
+                      AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END,
+            CASE WHEN o.attempt < 0 OR o.attempt_base > o.attempt THEN 'bad attempt numbers' END,
+            CASE WHEN o.status = 'in_review' AND coalesce(rv.open, 0) <> 1
+                 THEN 'in_review without exactly one open review' END
+        ] AS problems
+        FROM idempo.operations o
+        LEFT JOIN idempo.scopes s ON s.name = o.scope
+        LEFT JOIN (SELECT r.scope, r.key, count(*) AS open FROM idempo.reviews r
+                   WHERE r.resolved_at IS NULL GROUP BY r.scope, r.key) rv
+               ON rv.scope = o.scope AND rv.key = o.key
+    ) x
+    CROSS JOIN LATERAL unnest(x.problems) AS p(problem)
+    WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT r.scope, r.key, 'open review of an operation that is not in_review'
+    FROM idempo.reviews r
+    WHERE r.resolved_at IS NULL
+      AND NOT EXISTS (SELECT FROM idempo.operations o
+                      WHERE o.scope = r.scope AND o.key = r.key AND o.status = 'in_review')
+$$;
+
+-- The top-level fields whose values differ between two parameter documents (store_params scopes).
+-- STRICT: without one side (a conflict with a remembered key, whose params are gone) nothing is
+-- listed, rather than a made-up field.
+CREATE OR REPLACE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
+    RETURNS TABLE (field text, stored_value jsonb, incoming_value jsonb)
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT COALESCE(s.key, i.key), s.value, i.value
+    FROM jsonb_each(CASE WHEN jsonb_typeof(stored) = 'object' THEN stored ELSE jsonb_build_object('', stored) END) s
+    FULL JOIN jsonb_each(CASE WHEN jsonb_typeof(incoming) = 'object' THEN incoming ELSE jsonb_build_object('', incoming) END) i
+           ON i.key = s.key
+    WHERE s.value IS DISTINCT FROM i.value
+    ORDER BY 1
+$$;

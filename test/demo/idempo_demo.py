@@ -32,6 +32,7 @@ PORT = os.environ.get('DEMO_PORT', '5432')
 REPLICA_PORT = os.environ.get('DEMO_REPLICA_PORT', '5433')
 SCOPE = 'warehouse.outbound'            # the warehouse honours our idempotency key
 LEGACY = 'warehouse.outbound.legacy'    # it does not; lookups go through a lagging replica
+HOOKS = 'warehouse.outbound.hooks'      # webhooks with a delivery time inside; keys remembered a year
 
 
 def connect(dbname, port=PORT, **kw):
@@ -53,10 +54,11 @@ class Event:
     delivery: str
     intent_at: str = None          # when the order was approved (ISO), None: now
     legacy: bool = False           # route to the warehouse API without keys
+    delivered_at: str = None       # the sender's delivery time, inside the payload (HOOKS scope)
 
     @property
     def scope(self):
-        return LEGACY if self.legacy else SCOPE
+        return HOOKS if self.delivered_at else LEGACY if self.legacy else SCOPE
 
     @property
     def key(self):
@@ -64,7 +66,10 @@ class Event:
 
     @property
     def params(self):
-        return json.dumps({'order_id': self.order_id, 'sku': self.sku, 'qty': self.qty})
+        p = {'order_id': self.order_id, 'sku': self.sku, 'qty': self.qty}
+        if self.delivered_at:
+            p['delivered_at'] = self.delivered_at
+        return json.dumps(p)
 
 
 class LostReply(Exception):
@@ -99,7 +104,7 @@ class Runner:
 
     # -- the warehouse, as seen from the workflow --
     def call_warehouse(self, ev):
-        if ev.legacy:
+        if ev.legacy or ev.delivered_at:
             return one(self.warehouse, 'SELECT create_shipment(%s, %s, %s)', (ev.order_id, ev.sku, ev.qty))
         return one(self.warehouse, 'SELECT create_shipment_idempotent(%s, %s, %s, %s)',
                    (ev.key, ev.order_id, ev.sku, ev.qty))
@@ -125,6 +130,10 @@ class Runner:
             return Outcome('shipped', shipment)
         if outcome == 'replay':
             return Outcome('replayed', int(target_ref) if target_ref else None)
+        if outcome == 'expired':
+            # it finished long ago, its stored result is gone: do not execute again
+            return Outcome('expired', int(target_ref) if target_ref else None,
+                           f'(shipment {target_ref}, result no longer stored)')
         if outcome == 'unknown':
             # "I did not hear success" is not "it did not happen": look it up first
             found = self.look_up_shipment(ev)
@@ -317,6 +326,23 @@ def scenarios():
     rep.line('delivery-3', a.handle_in_one_transaction(Event(1009, 'SKU-9', 5, 'delivery-3')))
     rep.deliveries += 3
     rep.check(one(orders, "SELECT reserved FROM stock WHERE sku = 'SKU-9'") == 5, 'stock reserved exactly once')
+
+    rep.step(10, 'A webhook redelivered with a new delivered_at, then again a month after its result expired')
+    # the sender puts its delivery time in the payload: the scope leaves it out of the fingerprint
+    # (fingerprint_ignore), and remembers the key for a year after the result expires (remember);
+    # the warehouse API here has no keys, so a second execution would be a second shipment
+    deliver(a, Event(1010, 'SKU-10', 2, 'delivery-1', delivered_at='2026-11-30T10:00:00Z'))
+    out = deliver(b, Event(1010, 'SKU-10', 2, 'delivery-2', delivered_at='2026-11-30T10:05:00Z'))
+    rep.check(out.handled == 'replayed', 'only delivered_at changed: replayed, not a conflict')
+    a.orders.execute("SET idempo.clock_offset = '38 days'")   # time travel: the result expired after 7 days
+    rep.line('a month later (idempo.clock_offset = 38 days)')
+    out = deliver(a, Event(1010, 'SKU-10', 2, 'delivery-3', delivered_at='2027-01-07T09:00:00Z'))
+    row = one(a.orders, "SELECT status || ', target_ref ' || target_ref || ', result ' "
+                        "|| coalesce(result::text, 'gone') FROM idempo.lookup(%s, 'order-1010/shipment-1')", (HOOKS,))
+    a.orders.execute('RESET idempo.clock_offset')
+    rep.line('idempo.lookup shows the remembered key', row)
+    rep.check(out.handled == 'expired', "the redelivery answers 'expired': it finished, do not execute again")
+    rep.check(shipments_of(wh, 1010) == 1, 'nothing shipped again for order 1010')
 
     summary(rep, orders, wh)
     a.close()

@@ -11,6 +11,11 @@ SELECT name FROM idempo.create_scope('warehouse.outbound', retention => '1 hour'
 -- Its settle window must be longer than the replica can lag (3 s apply delay, reconnects).
 SELECT name FROM idempo.create_scope('warehouse.outbound.legacy', retention => '1 hour', lease => '2 seconds',
        verify_settle => '10 seconds', store_params => true, audit => true, owner => 'team-logistics');
+-- Webhooks whose sender puts its delivery time in the payload (left out of the fingerprint), for
+-- the old warehouse API; keys are remembered for a year after their results expire (7 days).
+SELECT name FROM idempo.create_scope('warehouse.outbound.hooks', retention => '7 days', lease => '2 seconds',
+       verify_settle => '10 seconds', store_params => true, audit => true, owner => 'team-logistics',
+       remember => '1 year', fingerprint_ignore => '{delivered_at}');
 -- A local effect, claimed and written in one transaction (complete_on_commit).
 SELECT name FROM idempo.create_scope('stock.reserve', retention => '1 hour', lease => '1 minute', owner => 'team-stock');
 -- Short retention, to show the worker moving forgotten work to review.

@@ -1,6 +1,7 @@
 -- Random and hostile input for idempo's SQL API (test/run, suite "api-fuzz").
--- fuzz.run(n) makes n calls of fingerprint, claim, complete, fail, verify, resolve,
--- request_review, lookup, sweep and the scope functions with random arguments (NULLs in every
+-- fuzz.run(n) makes n calls of fingerprint (with and without ignored paths), claim, complete,
+-- fail, verify, resolve, request_review, release, lookup, sweep and the scope functions with
+-- random arguments (hostile fingerprint_ignore paths and remember intervals, NULLs in every
 -- position, empty/huge/non-ASCII keys, deep and large jsonb, extreme numbers, zero/negative/huge
 -- intervals, unknown enum text, random clock offsets), each in its own subtransaction, and
 -- counts the SQLSTATE every call ended with.
@@ -20,6 +21,10 @@ FROM (VALUES ('f.plain', 'unknown', NULL::int, false, false, false, false),
              ('f.retry', 'retry', 2, false, true, false, true),
              ('f.limited', 'unknown', 1, false, false, true, false))
      AS s(name, expiry, max_attempts, hash_keys, store_params, audit, req)) c;
+-- remembered keys (a day after the hour of retention) and fields left out of the fingerprint
+SELECT name FROM idempo.create_scope('f.remember', retention => '1 hour', lease => '1 minute',
+                                     remember => '1 day', store_params => true, audit => true,
+                                     fingerprint_ignore => '{qty,a.qty,x}');
 
 CREATE FUNCTION fuzz.pick(VARIADIC choices text[]) RETURNS text LANGUAGE sql VOLATILE AS
   $$SELECT choices[1 + floor(random() * array_length(choices, 1))::int]$$;
@@ -34,7 +39,7 @@ CREATE FUNCTION fuzz.txt() RETURNS text LANGUAGE sql VOLATILE AS $$
 $$;
 
 CREATE FUNCTION fuzz.scope() RETURNS text LANGUAGE sql VOLATILE AS $$
-  SELECT CASE WHEN random() < 0.85 THEN fuzz.pick('f.plain', 'f.hashed', 'f.retry', 'f.limited')
+  SELECT CASE WHEN random() < 0.85 THEN fuzz.pick('f.plain', 'f.hashed', 'f.retry', 'f.limited', 'f.remember')
               ELSE fuzz.txt() END
 $$;
 
@@ -82,6 +87,16 @@ CREATE FUNCTION fuzz.ival() RETURNS interval LANGUAGE sql VOLATILE AS $$
                    '1 month', '-3 days', '178000000 years', '1 month -29 days')::interval
 $$;
 
+-- fingerprint_ignore paths: sensible, empty, NULL, malformed, too many, too long, deep, 2-D
+CREATE FUNCTION fuzz.paths() RETURNS text[] LANGUAGE sql VOLATILE AS $$
+  SELECT CASE floor(random() * 12)::int
+    WHEN 0 THEN NULL WHEN 1 THEN '{}' WHEN 2 THEN '{""}' WHEN 3 THEN ARRAY[NULL]::text[]
+    WHEN 4 THEN '{a..b}' WHEN 5 THEN '{.,qty.}' WHEN 6 THEN (SELECT array_agg(g::text) FROM generate_series(1, 300) g)
+    WHEN 7 THEN ARRAY[repeat('a', 5000)] WHEN 8 THEN ARRAY[repeat('qty.', 400) || 'qty']
+    WHEN 9 THEN '{{qty},{sku}}' WHEN 10 THEN ARRAY[fuzz.txt()]
+    ELSE fuzz.pick('{qty}', '{a.qty,sku}', '{ü,qty.a.b}', '{key}')::text[] END
+$$;
+
 CREATE FUNCTION fuzz.ts() RETURNS timestamptz LANGUAGE sql VOLATILE AS $$
   SELECT CASE floor(random() * 7)::int WHEN 0 THEN NULL WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity'
               WHEN 3 THEN '4713-01-01 BC' WHEN 4 THEN now() - interval '10 years'
@@ -97,8 +112,9 @@ CREATE FUNCTION fuzz.bool() RETURNS boolean LANGUAGE sql VOLATILE AS $$
 $$;
 
 CREATE FUNCTION fuzz.one() RETURNS text LANGUAGE plpgsql VOLATILE AS $$
-DECLARE fname text := fuzz.pick('fingerprint', 'claim', 'claim', 'claim', 'claim', 'complete', 'complete',
-                             'fail', 'verify', 'resolve', 'request_review', 'lookup', 'sweep',
+DECLARE fname text := fuzz.pick('fingerprint', 'fingerprint_ignore', 'claim', 'claim', 'claim', 'claim',
+                             'complete', 'complete', 'fail', 'verify', 'resolve', 'request_review',
+                             'release', 'lookup', 'sweep',
                              'create_scope', 'alter_scope', 'enable_scope', 'disable_scope',
                              'resolve_conflict', 'stored_key');
         k text := fuzz.key();
@@ -111,6 +127,8 @@ BEGIN
     END IF;
     CASE fname
     WHEN 'fingerprint' THEN PERFORM idempo.fingerprint(fuzz.doc()::jsonb);
+    WHEN 'fingerprint_ignore' THEN PERFORM idempo.fingerprint(fuzz.doc()::jsonb, fuzz.paths());
+    WHEN 'release' THEN PERFORM idempo.release(fuzz.scope(), k, fuzz.txt(), fuzz.txt());
     WHEN 'claim' THEN
       PERFORM idempo.claim(fuzz.scope(), k,
                            CASE WHEN random() < 0.97 THEN fuzz.params(k) END,
@@ -131,11 +149,15 @@ BEGIN
       PERFORM idempo.create_scope(CASE WHEN random() < 0.5 THEN 'new.' || floor(random() * 50) ELSE fuzz.txt() END,
                                   fuzz.ival(), fuzz.ival(), fuzz.pick('unknown', 'retry', 'bogus', NULL),
                                   fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
-                                  fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt());
+                                  fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
+                                  remember => fuzz.ival(),
+                                  fingerprint_ignore => fuzz.paths());
     WHEN 'alter_scope' THEN
       PERFORM idempo.alter_scope(fuzz.scope(), fuzz.ival(), fuzz.ival(), fuzz.pick('unknown', 'retry', 'bogus', NULL),
                                  fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
-                                 fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt());
+                                 fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
+                                 remember => fuzz.ival(),
+                                 fingerprint_ignore => fuzz.paths());
     WHEN 'enable_scope' THEN PERFORM idempo.enable_scope(fuzz.scope());
     WHEN 'disable_scope' THEN PERFORM idempo.disable_scope(fuzz.scope());
     WHEN 'resolve_conflict' THEN
@@ -157,7 +179,7 @@ BEGIN
     COMMIT;   -- every call its own transaction: concurrent sessions hold no locks across calls
     IF random() < 0.05 THEN
       -- keep the main scopes usable most of the time (a transaction of its own, fixed order)
-      PERFORM idempo.enable_scope(s) FROM unnest(ARRAY['f.plain', 'f.hashed', 'f.retry', 'f.limited']) s;
+      PERFORM idempo.enable_scope(s) FROM unnest(ARRAY['f.plain', 'f.hashed', 'f.retry', 'f.limited', 'f.remember']) s;
       COMMIT;
     END IF;
   END LOOP;

@@ -141,7 +141,7 @@ function answerFor(claim) {
     case 'conflict':
       return problem(422, 'key-reused', 'This Idempotency-Key was used for a different request',
         'The key was first used with another method, path or body. Use a new key for a new operation.');
-    default:   // unknown, in_review, stale: nothing automatic may run it again; a person decides
+    default:   // unknown, in_review, stale, expired: nothing automatic may run it again; a person decides
       return problem(409, 'key-in-review', 'The request with this Idempotency-Key needs attention',
         `Its outcome is ${claim.outcome}; do not retry it under a new key, contact support.`);
   }

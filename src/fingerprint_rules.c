@@ -1,0 +1,266 @@
+/*-------------------------------------------------------------------------
+ *
+ * fingerprint_rules.c
+ *	  Fields left out of the fingerprint: a scope's fingerprint_ignore and
+ *	  idempo.fingerprint(params, ignore).
+ *
+ * A path is a dot-separated list of object keys from the top of the
+ * document ('delivered_at', 'meta.trace_id').  Arrays are not entered, and a
+ * path that is absent (or runs into a scalar or an array) removes nothing.
+ * The paths are compiled once into a small tree of key segments; applying
+ * it copies the document without the named fields (only the objects on a
+ * path are rebuilt, everything else is copied whole), and the copy is then
+ * fingerprinted with the usual canonical encoding.  So an ignored field is
+ * exactly as if it had not been sent.
+ *
+ * Limits, so that no input can exhaust memory or the stack: at most
+ * IDEMPO_IGNORE_MAX_PATHS paths of at most IDEMPO_IGNORE_MAX_PATH_BYTES
+ * bytes each.  Bad lists (NULL elements, empty paths or segments) are
+ * refused with 22023; check_scope() refuses the same for scopes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+PG_FUNCTION_INFO_V1(idempo_fingerprint_ignoring);
+
+struct IdempoIgnore
+{
+	char	   *segment;		/* NULL at the root */
+	int			seglen;
+	bool		terminal;		/* this path ends here: the field is left out */
+	int			nchildren;
+	struct IdempoIgnore **children;
+};
+
+static IdempoIgnore *
+node_new(MemoryContext cxt, const char *seg, int len)
+{
+	IdempoIgnore *n = MemoryContextAllocZero(cxt, sizeof(IdempoIgnore));
+
+	if (seg != NULL)
+	{
+		n->segment = MemoryContextAlloc(cxt, len + 1);
+		memcpy(n->segment, seg, len);
+		n->segment[len] = '\0';
+		n->seglen = len;
+	}
+	return n;
+}
+
+static IdempoIgnore *
+node_child(const IdempoIgnore *n, const char *seg, int len)
+{
+	int			i;
+
+	for (i = 0; i < n->nchildren; i++)
+		if (n->children[i]->seglen == len && memcmp(n->children[i]->segment, seg, len) == 0)
+			return n->children[i];
+	return NULL;
+}
+
+static IdempoIgnore *
+node_add_child(MemoryContext cxt, IdempoIgnore *n, const char *seg, int len)
+{
+	IdempoIgnore *c = node_child(n, seg, len);
+
+	if (c != NULL)
+		return c;
+	c = node_new(cxt, seg, len);
+	if (n->nchildren == 0)
+		n->children = MemoryContextAlloc(cxt, sizeof(IdempoIgnore *) * 4);
+	else if ((n->nchildren & (n->nchildren - 1)) == 0 && n->nchildren >= 4)
+		n->children = repalloc(n->children, sizeof(IdempoIgnore *) * n->nchildren * 2);
+	n->children[n->nchildren++] = c;
+	return c;
+}
+
+/* Refuses a bad ignore list: for a scope (naming it) or for idempo.fingerprint(). */
+static void
+refuse_path(const char *scope, int index, const char *what, const char *hint)
+{
+	if (scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fingerprint_ignore of scope \"%s\": path %d %s", scope, index, what),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("fingerprint ignore path %d %s", index, what),
+			 errhint("%s", hint)));
+}
+
+/*
+ * Compiles a text[] of paths into a tree allocated in cxt; NULL when the
+ * list is empty (nothing is ignored).  scope names the scope in errors
+ * (NULL: the caller is idempo.fingerprint()).
+ */
+IdempoIgnore *
+idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+	IdempoIgnore *root;
+
+	if (paths == NULL)
+		return NULL;
+	if (ARR_NDIM(paths) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_ignore of scope \"%s\" must be a one-dimensional array", scope)
+				 : errmsg("fingerprint ignore paths must be a one-dimensional array"),
+				 errhint("Pass e.g. ARRAY['delivered_at', 'meta.trace_id'].")));
+	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0)
+		return NULL;
+	if (n > IDEMPO_IGNORE_MAX_PATHS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_ignore of scope \"%s\" has %d paths, the limit is %d",
+								scope, n, IDEMPO_IGNORE_MAX_PATHS)
+				 : errmsg("%d fingerprint ignore paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
+				 errhint("Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.")));
+
+	root = node_new(cxt, NULL, 0);
+	for (i = 0; i < n; i++)
+	{
+		text	   *t;
+		const char *p;
+		int			len;
+		int			start = 0;
+		int			pos;
+		IdempoIgnore *node = root;
+
+		if (nulls[i])
+			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
+		t = DatumGetTextPP(elems[i]);
+		p = VARDATA_ANY(t);
+		len = VARSIZE_ANY_EXHDR(t);
+		if (len == 0)
+			refuse_path(scope, i + 1, "is empty", "A path names a field, e.g. 'delivered_at' or 'meta.trace_id'.");
+		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
+			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
+						"Use a shorter path.");
+		for (pos = 0; pos <= len; pos++)
+		{
+			if (pos < len && p[pos] != '.')
+				continue;
+			if (pos == start)
+				refuse_path(scope, i + 1, psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
+							"Separate object keys with single dots, without a dot at either end.");
+			node = node_add_child(cxt, node, p + start, pos - start);
+			start = pos + 1;
+		}
+		node->terminal = true;
+	}
+	return root;
+}
+
+static JsonbValue *push_pruned_object(JsonbParseState **state, JsonbContainer *obj,
+									  const IdempoIgnore *node);
+
+/* Pushes one value (a scalar or a container given as jbvBinary), pruned below node if an object. */
+static void
+push_value(JsonbParseState **state, JsonbIteratorToken seq, JsonbValue *v, const IdempoIgnore *node)
+{
+	if (node != NULL && node->nchildren > 0 && v->type == jbvBinary &&
+		JsonContainerIsObject(v->val.binary.data))
+		(void) push_pruned_object(state, v->val.binary.data, node);
+	else
+		(void) pushJsonbValue(state, seq, v);
+}
+
+/*
+ * Pushes an object without the fields node's children end on, entering the
+ * ones they continue in.  Returns what closing the object returned (the
+ * whole document, when it is the top).
+ */
+static JsonbValue *
+push_pruned_object(JsonbParseState **state, JsonbContainer *obj, const IdempoIgnore *node)
+{
+	JsonbValue *res = NULL;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	const IdempoIgnore *child = NULL;
+	bool		skip = false;
+
+	check_stack_depth();
+	CHECK_FOR_INTERRUPTS();
+	it = JsonbIteratorInit(obj);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		switch (tok)
+		{
+			case WJB_BEGIN_OBJECT:
+				(void) pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
+				break;
+			case WJB_END_OBJECT:
+				res = pushJsonbValue(state, WJB_END_OBJECT, NULL);
+				break;
+			case WJB_KEY:
+				child = node_child(node, v.val.string.val, v.val.string.len);
+				skip = child != NULL && child->terminal;
+				if (!skip)
+					(void) pushJsonbValue(state, WJB_KEY, &v);
+				break;
+			case WJB_VALUE:
+				if (!skip)
+					push_value(state, WJB_VALUE, &v, child);
+				break;
+			default:
+				elog(ERROR, "unexpected jsonb iterator token %d in an object", (int) tok);
+		}
+	}
+	return res;
+}
+
+/* The document without the ignored fields (itself when nothing is to be left out). */
+Jsonb *
+idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue *res;
+
+	if (ignore == NULL || !JB_ROOT_IS_OBJECT(jb))
+		return jb;
+	res = push_pruned_object(&state, &jb->root, ignore);
+	if (res == NULL)
+		elog(ERROR, "pruning a jsonb object returned nothing");
+	return JsonbValueToJsonb(res);
+}
+
+/* Fingerprint of params under a compiled ignore list. */
+void
+idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out)
+{
+	idempo_fingerprint_jsonb(idempo_ignore_apply(jb, ignore), digest_out);
+}
+
+/* idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea; NULL ignore: nothing ignored */
+Datum
+idempo_fingerprint_ignoring(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb;
+	IdempoIgnore *ignore;
+	bytea	   *result;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	jb = PG_GETARG_JSONB_P(0);
+	ignore = PG_ARGISNULL(1) ? NULL :
+		idempo_ignore_compile(PG_GETARG_ARRAYTYPE_P(1), CurrentMemoryContext, NULL);
+	result = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
+	SET_VARSIZE(result, VARHDRSZ + IDEMPO_DIGEST_LEN);
+	idempo_fingerprint_ignoring_jsonb(jb, ignore, (uint8 *) VARDATA(result));
+	PG_RETURN_BYTEA_P(result);
+}
