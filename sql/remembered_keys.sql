@@ -126,7 +126,8 @@ SELECT idempo.release('hashed', 'secret-1', 'alice') > 0 AS released;
 SELECT outcome FROM idempo.claim('hashed', 'secret-1');
 RESET idempo.clock_offset;
 
--- A shorter remember applies to records shrunk from then on; those already remembered keep their time.
+-- A changed remember applies to the keys remembered so far too.  Set to 0, they are forgotten:
+-- secret-2 (already remembered) and secret-3 (not yet shrunk) both start afresh.
 SELECT outcome FROM idempo.claim('hashed', 'secret-2', complete_on_commit => true);
 SELECT outcome FROM idempo.claim('hashed', 'secret-3', complete_on_commit => true);
 SET idempo.clock_offset = '2 days';
@@ -136,6 +137,24 @@ SELECT name, remember FROM idempo.alter_scope('hashed', remember => '0');
 SET idempo.clock_offset = '3 days';
 SELECT outcome FROM idempo.claim('hashed', 'secret-2');
 SELECT outcome FROM idempo.claim('hashed', 'secret-3');
+RESET idempo.clock_offset;
+
+-- Made longer, a key remembered under the old period is remembered for the new one: it must not
+-- be forgotten (and its action run again) at the old horizon.  (Before: acquired at +12 days.)
+SELECT name FROM idempo.create_scope('longer', retention => '1 day', remember => '10 days');
+SELECT outcome FROM idempo.claim('longer', 'k1', '{"qty":1}', complete_on_commit => true);
+SET idempo.clock_offset = '2 days';
+SELECT outcome FROM idempo.claim('longer', 'k1', '{"qty":1}');
+RESET idempo.clock_offset;
+SELECT name, remember FROM idempo.alter_scope('longer', remember => '1 year');
+SET idempo.clock_offset = '12 days';
+SELECT outcome, status FROM idempo.claim('longer', 'k1', '{"qty":1}');
+SELECT * FROM idempo.sweep(100);
+SELECT outcome, status FROM idempo.claim('longer', 'k1', '{"qty":1}');
+-- and made shorter, it is forgotten at the new horizon: the sweep purges it
+SELECT name, remember FROM idempo.alter_scope('longer', remember => '5 days');
+SELECT * FROM idempo.sweep(100);
+SELECT count(*) AS kept FROM idempo.operations WHERE scope = 'longer';
 RESET idempo.clock_offset;
 
 SELECT name FROM idempo.counters() WHERE name = 'claims_expired' AND value > 0;

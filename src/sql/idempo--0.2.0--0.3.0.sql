@@ -385,6 +385,7 @@ CREATE FUNCTION idempo.alter_scope(
 DECLARE
     s idempo.scopes;
     r interval;
+    old_remember interval;
 BEGIN
     IF alter_scope.name IS NULL THEN
         RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
@@ -409,6 +410,7 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
     END IF;
+    old_remember := s.remember;
     s.remember := coalesce(alter_scope.remember, s.remember);
     s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
     s.retention := coalesce(alter_scope.retention, s.retention);
@@ -456,6 +458,20 @@ BEGIN
     WHERE o.scope = s.name
       AND o.status IN ('in_progress', 'retryable', 'unknown')
       AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
+    -- Keys remembered so far are remembered for the new period: a longer one must not let a key
+    -- be forgotten (and its action run again) at the old horizon, a shorter one or 0 forgets
+    -- them sooner.  A remembered key is a finished row with sweep_at = expires_at + remember;
+    -- with 0 it becomes an expired record (sweep_at = expires_at), which claims treat as absent.
+    IF s.remember IS DISTINCT FROM old_remember THEN
+        r := make_interval(days => ((extract(year FROM s.remember) * 12 + extract(month FROM s.remember)) * 30
+                                    + extract(day FROM s.remember))::integer)
+             + (s.remember - date_trunc('day', s.remember));
+        UPDATE idempo.operations AS o
+           SET sweep_at = ((o.expires_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+         WHERE o.scope = s.name
+           AND o.status IN ('succeeded', 'failed')
+           AND o.sweep_at > o.expires_at;
+    END IF;
     RETURN s;
 END
 $$;
