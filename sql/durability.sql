@@ -8,6 +8,7 @@ RESET idempo.allow_drop_with_records;
 CREATE EXTENSION idempo;
 RESET client_min_messages;
 \set VERBOSITY default
+\set SHOW_CONTEXT never
 
 SELECT name, durability FROM idempo.create_scope('ship', durability => 'replicated');
 SELECT name, durability FROM idempo.create_scope('note');

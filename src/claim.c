@@ -186,7 +186,7 @@ must_write(const ClaimArgs *a, const char *why)
 			 errdetail("The claim must write: %s.", why),
 			 RecoveryInProgress() ?
 			 errhint("This server is a standby: claim on the primary.") :
-			 errhint("Claim in a read-write transaction; a read-only one gets only the answers that need no write (replay, busy, unknown, in_review).")));
+			 errhint("Claim in a read-write transaction; a read-only one gets only the answers that need no write (replay, expired, busy, unknown, in_review).")));
 }
 
 /*

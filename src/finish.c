@@ -124,6 +124,8 @@ refuse(const FinishArgs *f, const char *verb)
 					verb, f->key, f->scope->name, idempo_status_phrase(r.status)),
 			 r.status == STATUS_IN_REVIEW ?
 			 errhint("A person decides on operations in review: use idempo.resolve().") :
+			 op_row_remembered(&r) ?
+			 errhint("The operation finished and its result has expired; every claim answers expired.") :
 			 idempo_status_finished(r.status) ?
 			 errhint("The operation is already finished; its result is replayed to every claim.") :
 			 errhint("Claim the key first with idempo.claim().")));
