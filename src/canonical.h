@@ -4,7 +4,7 @@
  *	  The canonical encoding of a JSON value that idempo.fingerprint() hashes.
  *
  * Plain C with no PostgreSQL dependency, so that the encoder can be fuzzed
- * outside the server (test/fuzz).  The encoding, as published in README.md:
+ * outside the server (test/fuzz).  The encoding, as published in docs/fingerprints.md:
  *
  *	 null            'n'
  *	 false / true    'f' / 't'

@@ -3,7 +3,7 @@
  * citus.c
  *	  idempo on a Citus cluster: the one place that knows about Citus.
  *
- * Supported layout (README "Scale-out with Citus"): idempo.scopes is a
+ * Supported layout (docs/scale-out.md): idempo.scopes is a
  * reference table; idempo.operations, reviews, conflicts and events are
  * distributed by "key" and co-located with each other (and with the
  * business tables, distributed by the idempotency key); claim, complete,

@@ -9,7 +9,7 @@
 
 -- verify() names the attempt its lookup was made for and is refused for any other (a lookup made
 -- while attempt N was in doubt says nothing about attempt N+1).  The old form stays, refusing with
--- a hint.  Roles granted EXECUTE on the old form need a GRANT on the new one (README, Upgrades).
+-- a hint.  Roles granted EXECUTE on the old form need a GRANT on the new one (docs/upgrading.md).
 -- attempt: the attempt the lookup was made for (the one claim() answered 'unknown' with); any
 -- other is refused, as complete() and fail() refuse a superseded attempt.
 CREATE FUNCTION idempo.verify(

@@ -864,7 +864,7 @@ CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 
 ------------------------------------------------------------------------------------------------
--- Privileges: nothing for PUBLIC but fingerprint().  See README "Security" for the grant sets.
+-- Privileges: nothing for PUBLIC but fingerprint().  See docs/security.md for the grant sets.
 ------------------------------------------------------------------------------------------------
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo FROM PUBLIC;

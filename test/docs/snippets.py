@@ -183,7 +183,11 @@ def check(block, got, trouble):
             return 'output differs:\n' + '\n'.join(difflib.unified_diff(want, lines, 'shown', 'printed', lineterm=''))
         return None
     if block.lang == 'sql':
-        bad = [s for s in lines if re.match(r'^(ERROR|FATAL|PANIC):', s)]
+        # errors, and psql's own complaints (a failed \\i, an unknown command, \\gset without a
+        # row) and warnings, which a block without shown output must not print either
+        bad = [s for s in lines if re.match(r'^(ERROR|FATAL|PANIC|WARNING):', s) or re.match(r'^psql:.*(error|warning):', s)
+               or re.match(r'^(invalid command|no rows returned for \\gset|more than one row returned for \\gset)', s)
+               or re.search(r': No such file or directory$', s)]
         if bad:
             return '\n'.join(lines)
     return None
@@ -257,8 +261,7 @@ def main():
                     r = subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', b.text], cwd=a.root, env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                        timeout=BLOCK_TIMEOUT)
-                    why = check(b, r.stdout, None if b.expected is not None or r.returncode == 0
-                                else f'exit status {r.returncode}')
+                    why = check(b, r.stdout, None if r.returncode == 0 else f'exit status {r.returncode}')
                 except subprocess.TimeoutExpired:
                     why = f'no end within {BLOCK_TIMEOUT} s'
             if a.fill and b.expected is not None and not b.expected.strip() and why and why.startswith('output differs'):

@@ -397,7 +397,7 @@ def chaos(args):
     rnd = random.Random(args.seed)
     acks = Acks()
     events = queue.Queue()
-    stats = {'deliveries': 0, 'lost_replies': 0, 'terminated_sessions': 0, 'reconnects': 0,
+    stats = {'unexpected_errors': [], 'deliveries': 0, 'lost_replies': 0, 'terminated_sessions': 0, 'reconnects': 0,
              'refused_not_replicated': 0, 'outcomes': {}}
     lock = threading.Lock()
     changed = []
@@ -473,9 +473,19 @@ def chaos(args):
                 # durability => 'replicated': the claim's commit would not have waited for a
                 # synchronous standby (none configured for a moment), so it was refused
                 if e.sqlstate != 'ID001':
-                    raise
-                with lock:
-                    stats['refused_not_replicated'] += 1
+                    # any other error is a failure of the run, counted and shown: a worker that
+                    # died here would leave the run passing with fewer workers
+                    with lock:
+                        stats['unexpected_errors'].append(f'{e.sqlstate}: {e}'.splitlines()[0])
+                    if runner:
+                        try:
+                            runner.close()
+                        except psycopg.Error:
+                            pass
+                    runner = None
+                else:
+                    with lock:
+                        stats['refused_not_replicated'] += 1
                 again(ev)
             finally:
                 with lock:
@@ -593,6 +603,9 @@ def chaos(args):
     check(not watch.worker_on_replica, f'no idempo worker on a node in recovery ({watch.samples} samples)'
           + (f': {watch.worker_on_replica[:3]}' if watch.worker_on_replica else ''))
     check(inconsistent == 0, 'check_consistency() is clean on the final leader')
+    check(not stats['unexpected_errors'],
+          f"no unexpected database error in the workers ({len(stats['unexpected_errors'])}: "
+          f"{'; '.join(sorted(set(stats['unexpected_errors']))[:5])})")
     for ok, what in standby_answers:
         check(ok, what)
     safety = [('shipped_twice', doubled), ('lost_orders', lost), ('lost_claims', acks.lost_claims),
