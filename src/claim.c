@@ -227,7 +227,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 				else
 				{
 					ans->outcome = OUTCOME_ACQUIRED;
-					idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit, NULL);
+					idempo_txn_remember(s, a->key, r->attempt, a->complete_on_commit, NULL);
 				}
 				return;
 			}
@@ -283,7 +283,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		row_acquire(r, a);
 		op_row_write(s->name, a->key, r);
 		ans->outcome = OUTCOME_ACQUIRED;
-		idempo_txn_remember(s->name, a->key, r->attempt, a->complete_on_commit, NULL);
+		idempo_txn_remember(s, a->key, r->attempt, a->complete_on_commit, NULL);
 		return;
 	}
 
@@ -367,7 +367,7 @@ claim_locked(ClaimAnswer *ans, const ClaimArgs *a)
 			{
 				ans->has_row = true;
 				ans->outcome = OUTCOME_ACQUIRED;
-				idempo_txn_remember(a->scope->name, a->key, 1, a->complete_on_commit, &tid);
+				idempo_txn_remember(a->scope, a->key, 1, a->complete_on_commit, &tid);
 				return;
 			}
 		}
@@ -753,8 +753,6 @@ idempo_claim(PG_FUNCTION_ARGS)
 		ans.conflict_id = idempo_record_conflict(&c);
 	}
 
-	if (ans.outcome == OUTCOME_ACQUIRED)
-		idempo_durability_acquired(a.scope, a.key);
 	idempo_count(COUNTER_CLAIMS + ans.outcome, 1);
 	result = build_result(fcinfo, &ans);
 	PG_RETURN_DATUM(result);

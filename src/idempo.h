@@ -210,7 +210,6 @@ typedef struct IdempoScope
 } IdempoScope;
 
 extern const IdempoScope *idempo_scope_get(const char *name);
-extern void idempo_durability_acquired(const IdempoScope *scope, const char *key);
 extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_reset(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
@@ -239,7 +238,7 @@ extern int64 idempo_interval_usecs(Interval *iv);
 
 /* ---- txn_attempts.c: the attempts this transaction acquired ---- */
 
-extern void idempo_txn_remember(const char *scope, const char *key, int32 attempt,
+extern void idempo_txn_remember(const IdempoScope *scope, const char *key, int32 attempt,
 								bool on_commit, ItemPointer tid);
 extern bool idempo_txn_lookup(const char *scope, const char *key, int32 *attempt,
 							  bool *on_commit, ItemPointer tid);
@@ -247,6 +246,10 @@ extern void idempo_txn_moved(const char *scope, const char *key, ItemPointer tid
 extern bool idempo_txn_holds(const char *scope, const char *key, int32 *attempt, bool *on_commit);
 extern void idempo_txn_finished(const char *scope, const char *key, int32 attempt);
 extern void idempo_txn_register_callbacks(void);
+
+/* ---- durability.c: scopes with durability 'replicated' ---- */
+
+extern void idempo_durability_check_commit(const char *scope, const char *key);
 
 /* ---- sweep.c ---- */
 

@@ -23,7 +23,6 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 PG_FUNCTION_INFO_V1(idempo_scopes_changed);
@@ -90,10 +89,11 @@ scope_load(const char *name, IdempoScope *entry)
 	d = SPI_getbinval(tuple, desc, 11, &isnull);
 	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
 	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
-	entry->replicated = desc->natts >= 15 &&
-		strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 13, &isnull)), "replicated") == 0;
+	/* 0.3.0's columns (PLAN_SCOPE_GET); with older objects *entry keeps its zeroed defaults */
 	if (desc->natts >= 15)
 	{
+		entry->replicated = strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 13, &isnull)),
+								   "replicated") == 0;
 		d = SPI_getbinval(tuple, desc, 14, &isnull);
 		entry->remember_us = isnull ? 0 : idempo_interval_usecs(DatumGetIntervalP(d));
 		d = SPI_getbinval(tuple, desc, 15, &isnull);

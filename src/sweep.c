@@ -116,21 +116,28 @@ tid_array(Datum *elems, int n)
 										   TYPALIGN_SHORT));
 }
 
+/* The list's new sweep_at times (NULL elements: never), a timestamptz[]. */
+static Datum
+sweep_at_array(KeyList *l)
+{
+	int			dims[1] = {l->n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
+											  TIMESTAMPTZOID, sizeof(TimestampTz), true,
+											  TYPALIGN_DOUBLE));
+}
+
 /* Shrinks finished records to remembered keys (sweep_at: when each is forgotten). */
 static void
 run_shrink(const IdempoCitusShard *shard, KeyList *l)
 {
 	Datum		args[2];
-	int			dims[1];
-	int			lbs[1] = {1};
 
 	if (l->n == 0)
 		return;
-	dims[0] = l->n;
 	args[0] = tid_array(l->tid, l->n);
-	args[1] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
-												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
-												 TYPALIGN_DOUBLE));
+	args[1] = sweep_at_array(l);
 	sweep_execute(shard, PLAN_SWEEP_SHRINK, args);
 }
 
@@ -189,17 +196,12 @@ static void
 run_set(const IdempoCitusShard *shard, KeyList *l)
 {
 	Datum		args[4];
-	int			dims[1];
-	int			lbs[1] = {1};
 
 	if (l->n == 0)
 		return;
-	dims[0] = l->n;
 	args[0] = tid_array(l->tid, l->n);
 	args[1] = text_array(l->status, l->n);
-	args[2] = PointerGetDatum(construct_md_array(l->sweep_at, l->sweep_at_null, 1, dims, lbs,
-												 TIMESTAMPTZOID, sizeof(TimestampTz), true,
-												 TYPALIGN_DOUBLE));
+	args[2] = sweep_at_array(l);
 	args[3] = PointerGetDatum(construct_array(l->clear_lease, l->n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	sweep_execute(shard, PLAN_SWEEP_SET, args);
 }

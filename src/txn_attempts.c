@@ -8,7 +8,9 @@
  * The memory lives in TopTransactionContext and is forgotten at the end of
  * the transaction; a rolled-back subtransaction forgets what it acquired,
  * because its claim did not happen either, and what an enclosing one had
- * acquired of the same key is remembered again.
+ * acquired of the same key is remembered again.  Before the commit, an
+ * acquisition in a scope with durability 'replicated' has durability.c
+ * check that the commit waits for a synchronous standby.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,6 +27,7 @@ typedef struct TxnAttempt
 	SubTransactionId subid;
 	int32		attempt;
 	bool		on_commit;
+	bool		replicated;		/* its scope has durability 'replicated' */
 	ItemPointerData tid;		/* where the record is, if this transaction wrote it directly */
 	SubTransactionId tid_subid;	/* the subtransaction that wrote it there */
 	SubTransactionId finished_subid;	/* the one that completed or failed it, or 0 */
@@ -83,16 +86,16 @@ find(const char *scope, const char *key, TxnAttemptBucket **bucket_out, bool cre
 }
 
 void
-idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_commit,
+idempo_txn_remember(const IdempoScope *scope, const char *key, int32 attempt, bool on_commit,
 					ItemPointer tid)
 {
 	TxnAttemptBucket *bucket = NULL;
-	TxnAttempt *a = find(scope, key, &bucket, true);
+	TxnAttempt *a = find(scope->name, key, &bucket, true);
 
 	if (a == NULL)
 	{
 		a = MemoryContextAlloc(TopTransactionContext, sizeof(TxnAttempt));
-		a->scope = MemoryContextStrdup(TopTransactionContext, scope);
+		a->scope = MemoryContextStrdup(TopTransactionContext, scope->name);
 		a->key = MemoryContextStrdup(TopTransactionContext, key);
 		a->outer = NULL;
 		a->next = bucket->first;
@@ -109,6 +112,7 @@ idempo_txn_remember(const char *scope, const char *key, int32 attempt, bool on_c
 	a->subid = GetCurrentSubTransactionId();
 	a->attempt = attempt;
 	a->on_commit = on_commit;
+	a->replicated = scope->replicated;
 	if (tid != NULL)
 		a->tid = *tid;
 	else
@@ -174,11 +178,36 @@ idempo_txn_moved(const char *scope, const char *key, ItemPointer tid)
 	a->tid_subid = GetCurrentSubTransactionId();
 }
 
+/* Before the commit: the first acquisition in a 'replicated' scope is checked (durability.c). */
+static void
+check_replicated_acquisitions(void)
+{
+	HASH_SEQ_STATUS seq;
+	TxnAttemptBucket *bucket;
+	TxnAttempt *a;
+
+	if (txn_attempts == NULL)
+		return;
+	hash_seq_init(&seq, txn_attempts);
+	while ((bucket = hash_seq_search(&seq)) != NULL)
+		for (a = bucket->first; a != NULL; a = a->next)
+			if (a->replicated)
+			{
+				hash_seq_term(&seq);
+				idempo_durability_check_commit(a->scope, a->key);
+				return;
+			}
+}
+
 static void
 txn_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			check_replicated_acquisitions();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
