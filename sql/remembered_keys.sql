@@ -105,17 +105,22 @@ SELECT outcome, attempt FROM idempo.claim('pay', 'r-1', '{"x":1}');
 SELECT regress.err($$SELECT idempo.release('pay', 'r-1', 'alice')$$);  -- in progress now
 RESET idempo.clock_offset;
 
--- request_review and resolve work on a remembered key as on any record.
+-- A remembered key cannot be put in review: resolved, it would answer replay with a NULL result
+-- (its result is gone) where it answers expired.  A finished record whose result is still there
+-- can, and keeps its result through the review.  idempo.stats counts remembered keys apart.
 SELECT outcome FROM idempo.claim('pay', 'v-1', '{"x":1}', complete_on_commit => true);
+SELECT outcome FROM idempo.claim('pay', 'v-2', '{"x":1}');
+SELECT idempo.complete('pay', 'v-2', 1, result => '{"paid":true}');
 SET idempo.clock_offset = '2 days';
 SELECT outcome FROM idempo.claim('pay', 'v-1', '{"x":1}');
-SELECT idempo.request_review('pay', 'v-1', 'was it paid twice?') > 0 AS in_review;
-SELECT outcome, status FROM idempo.claim('pay', 'v-1', '{"x":1}');
-SELECT reason, snapshot->>'status' AS snapshot_status, snapshot->'result' AS snapshot_result
-FROM idempo.review_queue WHERE scope = 'pay' AND key = 'v-1';
-SELECT idempo.resolve('pay', 'v-1', 'succeeded', 'bob', target_ref => 'TX-9');
-SELECT outcome, status, target_ref FROM idempo.claim('pay', 'v-1', '{"x":1}');
+SELECT succeeded, remembered FROM idempo.stats WHERE scope = 'pay';
+SELECT regress.err($$SELECT idempo.request_review('pay', 'v-1', 'was it paid twice?')$$);
+SELECT outcome, status, result FROM idempo.claim('pay', 'v-1', '{"x":1}');
 RESET idempo.clock_offset;
+SELECT idempo.request_review('pay', 'v-2', 'was it paid twice?') > 0 AS in_review;
+SELECT succeeded, in_review, remembered FROM idempo.stats WHERE scope = 'pay';
+SELECT idempo.resolve('pay', 'v-2', 'succeeded', 'bob', target_ref => 'TX-9');
+SELECT outcome, status, target_ref, result FROM idempo.claim('pay', 'v-2', '{"x":1}');
 
 -- Hashed keys: the same, with the key's digest stored.
 SELECT name FROM idempo.create_scope('hashed', hash_keys => true, remember => '30 days');

@@ -686,7 +686,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 	else if (a.params != NULL)
 	{
 		/* without the fields the scope ignores (fingerprint_rules.c) */
-		idempo_fingerprint_ignoring_jsonb(a.params, a.scope->fingerprint_ignore, a.fingerprint);
+		idempo_fingerprint_ignoring_jsonb(a.params, idempo_scope_ignore(a.scope), a.fingerprint);
 		a.has_fingerprint = true;
 	}
 	if (a.scope->require_fingerprint && !a.has_fingerprint)
@@ -717,6 +717,14 @@ idempo_claim(PG_FUNCTION_ARGS)
 		}
 	}
 
+	/* a new record is stored as the scope says now (see idempo_scope_unchanged()) */
+	if (ans.outcome == OUTCOME_ACQUIRED && !idempo_scope_unchanged(a.scope))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("scope \"%s\" was changed while key \"%s\" was being claimed", a.scope->name, a.key),
+				 errdetail("A concurrent alter_scope() changed hash_keys or fingerprint_ignore, which decide how the key and its fingerprint are stored."),
+				 errhint("Retry the transaction: the claim then follows the scope's new settings.")));
+
 	/* the audit log is a table: a read-only transaction answers without it */
 	if (a.scope->audit && !a.read_only)
 		idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
@@ -745,9 +753,9 @@ idempo_claim(PG_FUNCTION_ARGS)
 		c.incoming_fingerprint = a.fingerprint;
 		/* the fields the fingerprint ignores are no part of what differs: left out of both */
 		c.stored_params = a.scope->store_params && ans.stored_params ?
-			idempo_ignore_apply(ans.stored_params, a.scope->fingerprint_ignore) : NULL;
+			idempo_ignore_apply(ans.stored_params, idempo_scope_ignore(a.scope)) : NULL;
 		c.incoming_params = a.scope->store_params && a.params ?
-			idempo_ignore_apply(a.params, a.scope->fingerprint_ignore) : NULL;
+			idempo_ignore_apply(a.params, idempo_scope_ignore(a.scope)) : NULL;
 		c.run_id = a.run_id ? TextDatumGetCString(a.run_id) : NULL;
 		c.detected_at = a.now;
 		ans.conflict_id = idempo_record_conflict(&c);

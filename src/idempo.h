@@ -203,7 +203,9 @@ typedef struct IdempoScope
 	bool		audit;
 	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
 	int64		remember_us;	/* 0: finished records are purged at expires_at */
-	IdempoIgnore *fingerprint_ignore;	/* NULL: every field counts */
+	ArrayType  *fingerprint_ignore_paths;	/* the column; NULL or empty: every field counts */
+	IdempoIgnore *fingerprint_ignore;	/* compiled from it when first needed */
+	bool		fingerprint_ignore_compiled;
 	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
 	char	   *allowed_role_name;
 	char	   *owner;			/* may be NULL */
@@ -213,6 +215,8 @@ extern const IdempoScope *idempo_scope_get(const char *name);
 extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_reset(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
+extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
+extern bool idempo_scope_unchanged(const IdempoScope *scope);
 
 /* ---- keys.c: argument checks and the stored form of keys ---- */
 

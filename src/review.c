@@ -304,6 +304,14 @@ idempo_request_review(PG_FUNCTION_ARGS)
 	now = idempo_now();
 	read_locked(s, key, &r, "review");
 	from = r.status;
+	/* its result is gone: resolved, it would replay a NULL result as if that were the answer */
+	if (op_row_remembered(&r))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot review key \"%s\" in scope \"%s\": %s and its result has expired",
+						key, s->name, idempo_status_phrase(r.status)),
+				 errdetail("The key is remembered: claims answer 'expired' and never run its action again."),
+				 errhint("To let the action run again under this key, release it with idempo.release().")));
 	review_id = idempo_open_review(s->name, key, "manual",
 								   PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2)),
 								   now);

@@ -97,10 +97,24 @@ scope_load(const char *name, IdempoScope *entry)
 		d = SPI_getbinval(tuple, desc, 14, &isnull);
 		entry->remember_us = isnull ? 0 : idempo_interval_usecs(DatumGetIntervalP(d));
 		d = SPI_getbinval(tuple, desc, 15, &isnull);
-		entry->fingerprint_ignore = isnull ? NULL :
-			idempo_ignore_compile(DatumGetArrayTypeP(d), scope_cache_cxt, name);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(scope_cache_cxt);
+
+			entry->fingerprint_ignore_paths = DatumGetArrayTypePCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	return true;
+}
+
+/* Whether two fingerprint_ignore columns, as loaded (flat copies), are the same list. */
+static bool
+ignore_paths_equal(const ArrayType *a, const ArrayType *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return VARSIZE(a) == VARSIZE(b) && memcmp(a, b, VARSIZE(a)) == 0;
 }
 
 /*
@@ -131,6 +145,54 @@ idempo_scope_find(const char *name)
 	entry = hash_search(scope_cache, name, HASH_ENTER, &found);
 	*entry = loaded;
 	return entry;
+}
+
+/*
+ * The scope's fingerprint_ignore, compiled (NULL: every field counts).  It is
+ * compiled when a claim first needs it, not when the scope is loaded: a list
+ * that does not compile (written by a direct UPDATE, past check_scope()) then
+ * fails the claims of its own scope, saying why, and not the sweep, which
+ * loads the scope of every due row and never needs the list.
+ */
+const IdempoIgnore *
+idempo_scope_ignore(const IdempoScope *scope)
+{
+	IdempoScope *entry = unconstify(IdempoScope *, scope);	/* the cache's entry, filled in here */
+
+	if (!entry->fingerprint_ignore_compiled)
+	{
+		/* an error must leave nothing half-built in the cache: check in the caller's memory first */
+		(void) idempo_ignore_compile(entry->fingerprint_ignore_paths, CurrentMemoryContext, entry->name);
+		entry->fingerprint_ignore = idempo_ignore_compile(entry->fingerprint_ignore_paths,
+														  scope_cache_cxt, entry->name);
+		entry->fingerprint_ignore_compiled = true;
+	}
+	return entry->fingerprint_ignore;
+}
+
+/*
+ * Whether the settings that decide how a new record is stored (hash_keys: the
+ * key; fingerprint_ignore: the fingerprint) are still those of the scope as
+ * now committed.  alter_scope() changes them only while the scope has no
+ * operations, under a SHARE lock on idempo.operations that waits for claims
+ * in flight; a claim that read the scope before such a change committed and
+ * took its lock on idempo.operations after it has accepted the change's
+ * invalidation with that lock (PostgreSQL reads invalidations whenever it
+ * acquires a relation lock), so a cache still fresh needs no second look.
+ * Call inside an idempo SPI session, after the record was written.
+ */
+bool
+idempo_scope_unchanged(const IdempoScope *scope)
+{
+	IdempoScope fresh;
+
+	if (!scope_cache_stale)
+		return true;
+	memset(&fresh, 0, sizeof(fresh));
+	if (!scope_load(scope->name, &fresh))
+		return false;
+	return fresh.hash_keys == scope->hash_keys &&
+		ignore_paths_equal(fresh.fingerprint_ignore_paths, scope->fingerprint_ignore_paths);
 }
 
 /* Like idempo_scope_find(), but an unknown scope is an error. */

@@ -62,11 +62,16 @@ CREATE OR REPLACE VIEW idempo.stats AS
 WITH ops AS (
     SELECT o.scope,
            pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_progress') AS in_progress,
-           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'succeeded') AS succeeded,
-           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'failed') AS failed,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'succeeded'
+                                       AND NOT COALESCE(o.sweep_at OPERATOR(pg_catalog.>) o.expires_at, false)) AS succeeded,
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'failed'
+                                       AND NOT COALESCE(o.sweep_at OPERATOR(pg_catalog.>) o.expires_at, false)) AS failed,
            pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'retryable') AS retryable,
            pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'unknown') AS unknown,
-           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_review') AS in_review
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'in_review') AS in_review,
+           -- a remembered key: finished, its result expired (sweep_at past expires_at, see op_row_remembered())
+           pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}')
+                                       AND o.sweep_at OPERATOR(pg_catalog.>) o.expires_at) AS remembered
     FROM idempo.operations o GROUP BY o.scope),
 revs AS (
     SELECT r.scope, pg_catalog.count(*) AS open_reviews, pg_catalog.min(r.opened_at) AS oldest
@@ -81,7 +86,8 @@ SELECT s.name AS scope, s.enabled,
        COALESCE(revs.open_reviews, 0) AS open_reviews,
        CASE WHEN revs.oldest IS NOT NULL
             THEN GREATEST(idempo.now() OPERATOR(pg_catalog.-) revs.oldest, '0'::interval) END AS oldest_review_wait,
-       COALESCE(cons.open_conflicts, 0) AS open_conflicts
+       COALESCE(cons.open_conflicts, 0) AS open_conflicts,
+       COALESCE(ops.remembered, 0) AS remembered
 FROM idempo.scopes s
 LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
 LEFT JOIN revs ON revs.scope OPERATOR(pg_catalog.=) s.name
@@ -395,6 +401,16 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'scope "%" does not exist', alter_scope.name
             USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
+    END IF;
+    -- hash_keys and fingerprint_ignore decide how a new record is stored, so they change only
+    -- while the scope has no operations.  Claims in flight have not committed theirs yet: the
+    -- SHARE lock waits for them (and a claim that comes after sees the change, see
+    -- idempo_scope_unchanged() in scope_cache.c), so that the checks below see every operation.
+    IF (alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys)
+       OR (alter_scope.fingerprint_ignore IS NOT NULL
+           AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+               IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)) THEN
+        LOCK TABLE idempo.operations IN SHARE MODE;
     END IF;
     IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
        AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN

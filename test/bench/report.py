@@ -27,7 +27,7 @@ short = meta.get("short") == "1"
 
 # runs[(section, mode, variant)][round] = (clients, tps, avg, p99, n, failed)
 runs = defaultdict(dict)
-for sec, mode, var, rnd, cl, tps, avg, p99, n, failed in rows("runs.tsv"):
+for sec, mode, var, rnd, cl, tps, avg, p99, n, failed, *_ in rows("runs.tsv"):
     runs[(sec, mode, var)][int(rnd)] = (int(cl), float(tps), float(avg), float(p99), int(n), int(failed))
 
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Prints the Markdown report of test/bench/levers from its result files.
+
+usage: levers_report.py RESULTS_DIR
+A variant's added cost is its average latency minus the baseline's in the same pgbench run (the
+variants are interleaved in it); a layout's ratio is, per round, its added cost over the shipped
+layout's (btree) in the same round, and the median of those.  Medians over rounds, [min-max].
+"""
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+res = sys.argv[1]
+
+
+def rows(name):
+    path = os.path.join(res, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+
+
+def span(xs, f=".1f"):
+    xs = sorted(xs)
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):{f}} [{xs[0]:{f}}-{xs[-1]:{f}}]"
+
+
+meta = dict(rows("meta.tsv"))
+# avg[layout][round][variant] = average latency (µs)
+avg = defaultdict(lambda: defaultdict(dict))
+for sec, mode, var, rnd, cl, tps, a, *_ in rows("runs.tsv"):
+    if sec.startswith("claims-"):
+        avg[sec[len("claims-"):]][int(rnd)][var] = float(a)
+layouts = list(avg)
+added = {l: {r: {v: vs[v] - vs["baseline"] for v in vs if v != "baseline"} for r, vs in avg[l].items()}
+         for l in layouts}
+
+print(f"PostgreSQL {meta.get('postgres', '?')}, `{meta.get('command', '?')}`, {meta.get('date', '?')}, "
+      f"{meta.get('wall_s', '?')} s.\n")
+print("Added latency over the business insert alone (µs, 1 client, pinned, synchronous_commit off; "
+      "median [range] over rounds), and against the shipped layout (btree) round by round:\n")
+print("| layout | floor | two-call | one-call | two-call / btree's | one-call / btree's |")
+print("|---|--:|--:|--:|--:|--:|")
+for l in layouts:
+    rs = sorted(added[l])
+    col = {v: [added[l][r][v] for r in rs if v in added[l][r]] for v in ("floor", "idempo_two_call", "idempo_one_call")}
+    ratio = {v: [added[l][r][v] / added["btree"][r][v] for r in rs
+                 if "btree" in added and r in added["btree"] and added["btree"][r].get(v)]
+             for v in ("idempo_two_call", "idempo_one_call")}
+    print(f"| {l} | {span(col['floor'])} | {span(col['idempo_two_call'])} | {span(col['idempo_one_call'])} | "
+          f"{span(ratio['idempo_two_call'], '.2f')} | {span(ratio['idempo_one_call'], '.2f')} |")
+
+hot = defaultdict(lambda: [0, 0])
+for l, r, u, h in rows("hot.tsv"):
+    hot[l][0] += int(u)
+    hot[l][1] += int(h)
+print("\nUpdates of idempo.operations during those runs (complete, and the one-call form's finish at "
+      "commit), and how many were HOT (no new index entry):\n")
+print("| layout | updates | HOT | HOT share |\n|---|--:|--:|--:|")
+for l in layouts:
+    u, h = hot[l]
+    print(f"| {l} | {u:,} | {h:,} | {100 * h / u if u else 0:.1f} % |")
+
+sw = rows("sweep.tsv")
+if sw:
+    print("\nThe sweep (`bench_sweep(10000)` until nothing is due) of bulk-loaded rows, all due:\n")
+    print("| layout | what | rows | seconds | rows/s |\n|---|---|--:|--:|--:|")
+    for l, kind, n, s in sw:
+        print(f"| {l} | {kind} | {int(n):,} | {float(s):.1f} | {int(n) / float(s):,.0f} |")
