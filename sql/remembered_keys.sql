@@ -116,6 +116,10 @@ SELECT outcome FROM idempo.claim('pay', 'v-1', '{"x":1}');
 SELECT succeeded, remembered FROM idempo.stats WHERE scope = 'pay';
 SELECT regress.err($$SELECT idempo.request_review('pay', 'v-1', 'was it paid twice?')$$);
 SELECT outcome, status, result FROM idempo.claim('pay', 'v-1', '{"x":1}');
+-- v-2 is past expires_at but not shrunk yet (no claim, no sweep): a claim would answer expired,
+-- so it is refused too (resolved, it would replay its expired result for a fresh retention)
+SELECT status, result IS NOT NULL AS has_result, sweep_at > expires_at AS shrunk FROM idempo.lookup('pay', 'v-2');
+SELECT regress.err($$SELECT idempo.request_review('pay', 'v-2', 'was it paid twice?')$$);
 RESET idempo.clock_offset;
 SELECT idempo.request_review('pay', 'v-2', 'was it paid twice?') > 0 AS in_review;
 SELECT succeeded, in_review, remembered FROM idempo.stats WHERE scope = 'pay';

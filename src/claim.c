@@ -717,8 +717,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 		}
 	}
 
-	/* a new record is stored as the scope says now (see idempo_scope_unchanged()) */
-	if (ans.outcome == OUTCOME_ACQUIRED && !idempo_scope_unchanged(a.scope))
+	/* a record written now (acquired; stale: a new one in review) is stored as the scope says now */
+	if ((ans.outcome == OUTCOME_ACQUIRED || ans.outcome == OUTCOME_STALE) && !idempo_scope_unchanged(a.scope))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("scope \"%s\" was changed while key \"%s\" was being claimed", a.scope->name, a.key),

@@ -169,6 +169,7 @@ typedef struct IdempoSpiSession
 extern void idempo_spi_begin(IdempoSpiSession *session);
 extern void idempo_spi_end(IdempoSpiSession *session);
 extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
+extern int	idempo_spi_read_latest(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
 
 /* subxact.c */
 extern bool idempo_try_in_subxact(void (*body) (void *arg), void *arg, int expected);

@@ -30,6 +30,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 
 #include "op_row.h"
 
@@ -312,9 +313,21 @@ idempo_plan(IdempoPlanId id)
 	return plan;
 }
 
+/*
+ * Runs a plan: with the transaction's snapshot (snapshot InvalidSnapshot),
+ * or read-only with the one given.
+ */
+static int
+execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls, Snapshot snapshot, long tcount)
+{
+	if (snapshot == InvalidSnapshot)
+		return SPI_execute_plan(plan, values, nulls, false, tcount);
+	return SPI_execute_snapshot(plan, values, nulls, snapshot, InvalidSnapshot, true, false, tcount);
+}
+
 /* Runs a statement whose plan must be (re)built, with index access forced (see above). */
 static int
-execute_replanning(SPIPlanPtr plan, Datum *values, const char *nulls, long tcount)
+execute_replanning(SPIPlanPtr plan, Datum *values, const char *nulls, Snapshot snapshot, long tcount)
 {
 	int			nest = NewGUCNestLevel();
 	int			rc;
@@ -325,7 +338,7 @@ execute_replanning(SPIPlanPtr plan, Datum *values, const char *nulls, long tcoun
 							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_plan(plan, values, nulls, false, tcount);
+	rc = execute_plan(plan, values, nulls, snapshot, tcount);
 	AtEOXact_GUC(true, nest);
 	return rc;
 }
@@ -350,9 +363,8 @@ check_write(IdempoPlanId id, Datum *values)
 	}
 }
 
-/* Runs one kept statement; returns SPI_processed. */
-int
-idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
+static int
+spi_execute(IdempoPlanId id, Datum *values, const char *nulls, Snapshot snapshot, long tcount)
 {
 	SPIPlanPtr	plan = idempo_plan(id);
 	int			rc;
@@ -360,13 +372,33 @@ idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcoun
 	if (plan_defs[id].writes != WRITES_NOTHING && unlikely(idempo_records_subscription() != NULL))
 		check_write(id, values);
 	if (likely(SPI_plan_is_valid(plan)))
-		rc = SPI_execute_plan(plan, values, nulls, false, tcount);
+		rc = execute_plan(plan, values, nulls, snapshot, tcount);
 	else
-		rc = execute_replanning(plan, values, nulls, tcount);
+		rc = execute_replanning(plan, values, nulls, snapshot, tcount);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", plan_defs[id].sql,
 			 SPI_result_code_string(rc));
 	return (int) SPI_processed;
+}
+
+/* Runs one kept statement; returns SPI_processed. */
+int
+idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
+{
+	return spi_execute(id, values, nulls, InvalidSnapshot, tcount);
+}
+
+/*
+ * Runs one kept statement that writes nothing, with the latest snapshot
+ * rather than the transaction's: what is committed now, as PostgreSQL reads
+ * its own catalogs.  For idempo's configuration (the scopes), which a
+ * REPEATABLE READ transaction must not keep seeing as it was at its start.
+ */
+int
+idempo_spi_read_latest(IdempoPlanId id, Datum *values, const char *nulls, long tcount)
+{
+	Assert(plan_defs[id].writes == WRITES_NOTHING);
+	return spi_execute(id, values, nulls, GetLatestSnapshot(), tcount);
 }
 
 /* Connects SPI and becomes the owner of idempo's tables. */

@@ -296,6 +296,7 @@ idempo_request_review(PG_FUNCTION_ARGS)
 	OpRow		r;
 	IdempoStatus from;
 	TimestampTz now;
+	TimestampTz next_due;
 	int64		review_id;
 
 	idempo_spi_begin(&session);
@@ -304,8 +305,11 @@ idempo_request_review(PG_FUNCTION_ARGS)
 	now = idempo_now();
 	read_locked(s, key, &r, "review");
 	from = r.status;
-	/* its result is gone: resolved, it would replay a NULL result as if that were the answer */
-	if (op_row_remembered(&r))
+	/*
+	 * Its result is gone (or goes at the next sweep: a claim answers expired
+	 * already): resolved, it would replay a NULL or an expired result.
+	 */
+	if (op_row_remembered(&r) || op_expiry(&r, s, now, &next_due) == EXPIRY_REMEMBER)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cannot review key \"%s\" in scope \"%s\": %s and its result has expired",

@@ -10,7 +10,9 @@
  * catalog.c's callback then marks this cache stale; it is emptied at the
  * next lookup.  This is the same mechanism PostgreSQL uses to keep its own
  * relcache coherent, so a committed alter_scope() is seen by the next claim
- * in every session.
+ * in every session.  Like the catalogs, a scope is read with the latest
+ * snapshot, not the transaction's: a REPEATABLE READ transaction sees a
+ * change committed after it began as soon as its cache learns of it.
  *
  *-------------------------------------------------------------------------
  */
@@ -67,8 +69,9 @@ scope_load(const char *name, IdempoScope *entry)
 	bool		isnull;
 	char	   *role;
 
-	if (idempo_spi_execute(idempo_catalog()->scope_rules ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
-						   &arg, NULL, 1) == 0)
+	/* the row as committed now: a REPEATABLE READ snapshot would keep showing it as it was */
+	if (idempo_spi_read_latest(idempo_catalog()->scope_rules ? PLAN_SCOPE_GET : PLAN_SCOPE_GET_0_2,
+							   &arg, NULL, 1) == 0)
 		return false;
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -108,7 +111,12 @@ scope_load(const char *name, IdempoScope *entry)
 	return true;
 }
 
-/* Whether two fingerprint_ignore columns, as loaded (flat copies), are the same list. */
+/*
+ * Whether two fingerprint_ignore columns, as loaded (flat copies), are the
+ * same list.  Byte for byte: a list that alter_scope() reordered (which it
+ * allows, the rule being the same) compares unequal, and a claim racing
+ * that change gets a needless 40001 - rare, and retrying is the answer.
+ */
 static bool
 ignore_paths_equal(const ArrayType *a, const ArrayType *b)
 {
@@ -174,12 +182,14 @@ idempo_scope_ignore(const IdempoScope *scope)
  * Whether the settings that decide how a new record is stored (hash_keys: the
  * key; fingerprint_ignore: the fingerprint) are still those of the scope as
  * now committed.  alter_scope() changes them only while the scope has no
- * operations, under a SHARE lock on idempo.operations that waits for claims
- * in flight; a claim that read the scope before such a change committed and
- * took its lock on idempo.operations after it has accepted the change's
- * invalidation with that lock (PostgreSQL reads invalidations whenever it
- * acquires a relation lock), so a cache still fresh needs no second look.
- * Call inside an idempo SPI session, after the record was written.
+ * operations, holding a lock on idempo.operations that waits for claims in
+ * flight and that claims wait for; a claim that read the scope before such a
+ * change committed and took its lock on idempo.operations after it has
+ * accepted the change's invalidation with that lock (PostgreSQL reads
+ * invalidations whenever it acquires a relation lock), so a cache still
+ * fresh needs no second look, and a stale one is compared with the row as
+ * committed now (scope_load() reads the latest snapshot).  Call inside an
+ * idempo SPI session, after the record was written.
  */
 bool
 idempo_scope_unchanged(const IdempoScope *scope)

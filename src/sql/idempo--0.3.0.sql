@@ -515,6 +515,8 @@ DECLARE
     s idempo.scopes;
     r interval;
     old_remember interval;
+    old_lock_timeout text;
+    locked boolean := false;
 BEGIN
     IF alter_scope.name IS NULL THEN
         RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
@@ -526,14 +528,39 @@ BEGIN
             USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
     END IF;
     -- hash_keys and fingerprint_ignore decide how a new record is stored, so they change only
-    -- while the scope has no operations.  Claims in flight have not committed theirs yet: the
-    -- SHARE lock waits for them (and a claim that comes after sees the change, see
-    -- idempo_scope_unchanged() in scope_cache.c), so that the checks below see every operation.
+    -- while the scope has no operations.  Claims in flight have not committed theirs yet: a lock
+    -- that conflicts with their ROW EXCLUSIVE waits for them (and a claim that comes after waits
+    -- for this transaction and then sees the change, see idempo_scope_unchanged() in
+    -- scope_cache.c), so that the checks below, each with a new snapshot, see every operation.
+    -- SHARE ROW EXCLUSIVE conflicts with itself: two such changes take turns.  New claims queue
+    -- behind a waiting lock, so it is tried for 200 ms at a time, letting them through between.
     IF (alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys)
        OR (alter_scope.fingerprint_ignore IS NOT NULL
            AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
                IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)) THEN
-        LOCK TABLE idempo.operations IN SHARE MODE;
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'cannot change hash_keys or fingerprint_ignore of scope "%" in a % transaction',
+                s.name, upper(current_setting('transaction_isolation'))
+                USING ERRCODE = '0A000',
+                      HINT = 'Run it in a READ COMMITTED transaction: it waits for the claims in flight and must then see their operations, which an older snapshot does not show.';
+        END IF;
+        old_lock_timeout := current_setting('lock_timeout');
+        FOR try IN 1 .. 50 LOOP
+            BEGIN
+                PERFORM set_config('lock_timeout', '200ms', true);
+                LOCK TABLE idempo.operations IN SHARE ROW EXCLUSIVE MODE;
+                locked := true;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM pg_sleep(0.02);
+            END;
+            EXIT WHEN locked;
+        END LOOP;
+        PERFORM set_config('lock_timeout', old_lock_timeout, true);
+        IF NOT locked THEN
+            RAISE EXCEPTION 'cannot change scope "%": claims kept idempo.operations busy for 10 seconds', s.name
+                USING ERRCODE = '55P03',
+                      HINT = 'Changing hash_keys or fingerprint_ignore waits for the transactions writing idempo.operations; retry when they are fewer or shorter.';
+        END IF;
     END IF;
     IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
        AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
