@@ -4,7 +4,7 @@
 usage: levers_report.py RESULTS_DIR
 A variant's added cost is its average latency minus the baseline's in the same pgbench run (the
 variants are interleaved in it); a layout's ratio is, per round, its added cost over the shipped
-layout's (btree) in the same round, and the median of those.  Medians over rounds, [min-max].
+layout's in the same round, and the median of those.  Medians over rounds, [min-max].
 """
 import os
 import statistics
@@ -42,14 +42,14 @@ added = {l: {r: {v: vs[v] - vs["baseline"] for v in vs if v != "baseline"} for r
 print(f"PostgreSQL {meta.get('postgres', '?')}, `{meta.get('command', '?')}`, {meta.get('date', '?')}, "
       f"{meta.get('wall_s', '?')} s.\n")
 print("Added latency over the business insert alone (µs, 1 client, pinned, synchronous_commit off; "
-      "median [range] over rounds), and against the shipped layout (btree) round by round:\n")
-print("| layout | floor | two-call | one-call | two-call / btree's | one-call / btree's |")
+      "median [range] over rounds), and against the shipped layout round by round:\n")
+print("| layout | floor | two-call | one-call | two-call / shipped | one-call / shipped |")
 print("|---|--:|--:|--:|--:|--:|")
 for l in layouts:
     rs = sorted(added[l])
     col = {v: [added[l][r][v] for r in rs if v in added[l][r]] for v in ("floor", "idempo_two_call", "idempo_one_call")}
-    ratio = {v: [added[l][r][v] / added["btree"][r][v] for r in rs
-                 if "btree" in added and r in added["btree"] and added["btree"][r].get(v)]
+    ratio = {v: [added[l][r][v] / added["shipped"][r][v] for r in rs
+                 if "shipped" in added and r in added["shipped"] and added["shipped"][r].get(v)]
              for v in ("idempo_two_call", "idempo_one_call")}
     print(f"| {l} | {span(col['floor'])} | {span(col['idempo_two_call'])} | {span(col['idempo_one_call'])} | "
           f"{span(ratio['idempo_two_call'], '.2f')} | {span(ratio['idempo_one_call'], '.2f')} |")

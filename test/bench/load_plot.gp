@@ -1,7 +1,7 @@
 # Throughput against clients, from the clients.dat that load_report.py writes (median TPS per
 # variant; columns 2-6 with synchronous_commit off, 7-11 with it on).
 # gnuplot -e "data='clients.dat'; out='throughput_clients.png'" load_plot.gp
-set terminal pngcairo size 1000,420 font ",10"
+set terminal pngcairo size 1000,420 font ",10" noenhanced
 set output out
 set multiplot layout 1,2 title "idempo under load: throughput against clients (median of rounds, interleaved)"
 set logscale x 2

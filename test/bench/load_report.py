@@ -196,6 +196,9 @@ w("- `test/bench/load` starts its own throwaway cluster (Unix socket, stock sett
   "`setup.sql` and the scopes of `load_setup.sql`, and runs the scripts in `test/bench/pgbench/`.")
 w("- Throughput per variant in an interleaved run is derived from its latency (Little's law); the "
   "run's total throughput is shared by all its variants.")
+w("- The machine has 2 cores: at 64 clients, 64 backends and pgbench's 4 threads share them, so "
+  "the fall from 8 to 64 clients is mostly queueing for CPU; the ratios between the variants are "
+  "what carries over to a bigger machine.")
 w("- `test/bench/load --short` (one round of 1 s, 1 and 8 clients) proves the scripts work; it asserts "
   "nothing about speed.")
 

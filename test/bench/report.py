@@ -97,7 +97,7 @@ PATHS = {
     "replay": "claim of a key that succeeded, same params → `replay`",
     "busy_lease": "`wait => false`, key `in_progress` with a live lease (committed) → `busy`",
     "busy_locked": "`wait => false`, key claimed by another session's open transaction → `busy`",
-    "conflict": "same key, different params → `conflict`, recorded by a background worker",
+    "conflict": "same key, different params → `conflict`, recorded by the database's sweeper",
 }
 
 # ---- design targets, from the pinned single-client sync-off mode --------------------------
@@ -174,7 +174,10 @@ w("What idempo adds to a protected write transaction, against the floor (a bare 
   f"{meta.get('rounds')} rounds** (variants run one after the other, their order rotated every "
   "round; each ratio is taken within a round; the pinned `synchronous_commit = off` mode the "
   f"targets use: {meta.get('target_rounds', meta.get('rounds'))} rounds, each one run with the "
-  "variants' transactions interleaved), not lone absolute times.\n")
+  "variants' transactions interleaved), not lone absolute times. Under load (8 and 64 clients, "
+  "durable commits, hot keys, the cost of each option): [benchmarks-load.md](benchmarks-load.md); "
+  "PostgreSQL 15, 17 and 18 side by side, and the layout levers: "
+  "[benchmarks-versions.md](benchmarks-versions.md).\n")
 w(f"- Date: {meta.get('date')}; command: `{meta.get('command')}` (as root, from the clone); "
   f"wall time {int(meta.get('wall_s', 0)) // 60} min {int(meta.get('wall_s', 0)) % 60} s")
 w(f"- Machine: {meta.get('cpu')}, {meta.get('nproc')} cores (nproc), {meta.get('ram')} RAM; {meta.get('os')}")
@@ -241,7 +244,7 @@ w("\nThe busy path was measured both ways: `busy_lease` (a committed `in_progres
   "lease; nobody holds the row, it is read `FOR UPDATE SKIP LOCKED`) and `busy_locked` (a "
   f"background psql holds 1000 claimed keys in an open transaction; the claim sees the running "
   f"inserter in the primary key and answers without waiting). "
-  "The conflict path starts one background worker per conflict, so it is expected to be slow.\n")
+  "A conflict is recorded durably by the database's sweeper in its own transaction (a second commit, `synchronous_commit = on`), and the claim waits for it, so the path costs about a commit more.\n")
 
 w("## 3. Claim latency against stored operations\n")
 w(f"{MODES[A]}. One claim of a new random key per transaction (`claim.sql`: one-call form, "
