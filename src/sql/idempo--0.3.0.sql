@@ -517,6 +517,8 @@ DECLARE
     old_remember interval;
     old_lock_timeout text;
     locked boolean := false;
+    changes_hash boolean;
+    changes_ignore boolean;
 BEGIN
     IF alter_scope.name IS NULL THEN
         RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
@@ -528,16 +530,30 @@ BEGIN
             USING ERRCODE = '42704', HINT = 'Create it with idempo.create_scope(name => ...).';
     END IF;
     -- hash_keys and fingerprint_ignore decide how a new record is stored, so they change only
-    -- while the scope has no operations.  Claims in flight have not committed theirs yet: a lock
-    -- that conflicts with their ROW EXCLUSIVE waits for them (and a claim that comes after waits
-    -- for this transaction and then sees the change, see idempo_scope_unchanged() in
-    -- scope_cache.c), so that the checks below, each with a new snapshot, see every operation.
-    -- SHARE ROW EXCLUSIVE conflicts with itself: two such changes take turns.  New claims queue
-    -- behind a waiting lock, so it is tried for 200 ms at a time, letting them through between.
-    IF (alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys)
-       OR (alter_scope.fingerprint_ignore IS NOT NULL
-           AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
-               IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)) THEN
+    -- while the scope has no operations.  Pass 1 refuses at once where operations are there
+    -- already.  Claims in flight have not committed theirs yet: before pass 2, a lock that
+    -- conflicts with their ROW EXCLUSIVE waits for them (and a claim that comes after waits for
+    -- this transaction and then sees the change, see idempo_scope_unchanged() in
+    -- scope_cache.c), so that pass 2, with a new snapshot, sees every operation.  SHARE ROW
+    -- EXCLUSIVE conflicts with itself: two such changes take turns.  New claims queue behind a
+    -- waiting lock, so it is tried for 200 ms at a time, letting them through in between.
+    changes_hash := alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys;
+    changes_ignore := alter_scope.fingerprint_ignore IS NOT NULL
+        AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+            IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1);
+    FOR pass IN 1 .. 2 LOOP
+        EXIT WHEN NOT (changes_hash OR changes_ignore);
+        IF changes_hash AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+            RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
+                USING ERRCODE = '55000',
+                      HINT = 'Stored keys would no longer match; create a new scope instead.';
+        END IF;
+        IF changes_ignore AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+            RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+                USING ERRCODE = '55000',
+                      HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
+        END IF;
+        EXIT WHEN pass = 2;
         IF current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION 'cannot change hash_keys or fingerprint_ignore of scope "%" in a % transaction',
                 s.name, upper(current_setting('transaction_isolation'))
@@ -561,21 +577,7 @@ BEGIN
                 USING ERRCODE = '55P03',
                       HINT = 'Changing hash_keys or fingerprint_ignore waits for the transactions writing idempo.operations; retry when they are fewer or shorter.';
         END IF;
-    END IF;
-    IF alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys
-       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
-        RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
-            USING ERRCODE = '55000',
-                  HINT = 'Stored keys would no longer match; create a new scope instead.';
-    END IF;
-    IF alter_scope.fingerprint_ignore IS NOT NULL
-       AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
-           IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)
-       AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
-        RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
-            USING ERRCODE = '55000',
-                  HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
-    END IF;
+    END LOOP;
     old_remember := s.remember;
     s.remember := coalesce(alter_scope.remember, s.remember);
     s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
