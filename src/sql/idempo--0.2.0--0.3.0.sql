@@ -438,7 +438,7 @@ BEGIN
                       HINT = 'Run it in a READ COMMITTED transaction: it waits for the claims in flight and must then see their operations, which an older snapshot does not show.';
         END IF;
         old_lock_timeout := current_setting('lock_timeout');
-        FOR try IN 1 .. 50 LOOP
+        FOR try IN 1 .. 45 LOOP
             BEGIN
                 PERFORM set_config('lock_timeout', '200ms', true);
                 LOCK TABLE idempo.operations IN SHARE ROW EXCLUSIVE MODE;
