@@ -6,20 +6,16 @@ A variant's added cost is its average latency minus the baseline's in the same p
 variants are interleaved in it); a layout's ratio is, per round, its added cost over the shipped
 layout's in the same round, and the median of those.  Medians over rounds, [min-max].
 """
-import os
 import statistics
 import sys
 from collections import defaultdict
 
+from results import reader
+
 res = sys.argv[1]
 
 
-def rows(name):
-    path = os.path.join(res, name)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+rows = reader(res)
 
 
 def span(xs, f=".1f"):

@@ -12,15 +12,12 @@ import statistics
 import sys
 from collections import defaultdict
 
+from results import reader
+
 res, out, plot_name = sys.argv[1:4]
 
 
-def rows(name):
-    path = os.path.join(res, name)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+rows = reader(res)
 
 
 def med(xs):
