@@ -39,16 +39,19 @@ print(f"PostgreSQL {meta.get('postgres', '?')}, `{meta.get('command', '?')}`, {m
       f"{meta.get('wall_s', '?')} s.\n")
 print("Added latency over the business insert alone (µs, 1 client, pinned, synchronous_commit off; "
       "median [range] over rounds), and against the shipped layout round by round:\n")
-print("| layout | floor | two-call | one-call | two-call / shipped | one-call / shipped |")
-print("|---|--:|--:|--:|--:|--:|")
+print("| layout | floor | two-call | one-call | two-call / shipped | one-call / shipped | one-call / floor |")
+print("|---|--:|--:|--:|--:|--:|--:|")
 for l in layouts:
     rs = sorted(added[l])
     col = {v: [added[l][r][v] for r in rs if v in added[l][r]] for v in ("floor", "idempo_two_call", "idempo_one_call")}
     ratio = {v: [added[l][r][v] / added["shipped"][r][v] for r in rs
                  if "shipped" in added and r in added["shipped"] and added["shipped"][r].get(v)]
              for v in ("idempo_two_call", "idempo_one_call")}
+    of_floor = [added[l][r]["idempo_one_call"] / added[l][r]["floor"] for r in rs
+                if added[l][r].get("floor") and "idempo_one_call" in added[l][r]]
     print(f"| {l} | {span(col['floor'])} | {span(col['idempo_two_call'])} | {span(col['idempo_one_call'])} | "
-          f"{span(ratio['idempo_two_call'], '.2f')} | {span(ratio['idempo_one_call'], '.2f')} |")
+          f"{span(ratio['idempo_two_call'], '.2f')} | {span(ratio['idempo_one_call'], '.2f')} | "
+          f"{span(of_floor, '.2f')} |")
 
 hot = defaultdict(lambda: [0, 0])
 for l, r, u, h in rows("hot.tsv"):

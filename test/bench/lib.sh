@@ -9,21 +9,22 @@ sql() { local db=$1; shift; cpsql "$WORK" "$PORT" -d "$db" -At "$@"; }
 meta() { printf '%s\t%s\n' "$1" "$2" >>"$RES/meta.tsv"; }
 now() { date +%s.%N; }
 
-# restart pinned|unpinned: with "pinned", the postmaster and so every backend run on core 0.
+# restart pinned|unpinned: with "pinned", the postmaster and so every backend run on core
+# $BENCH_CORE (default 0; another core lets a second benchmark run beside a long one, e.g. a load).
 restart() {
-  local pin=(); [ "$1" = pinned ] && pin=(taskset -c 0)
+  local pin=(); [ "$1" = pinned ] && pin=(taskset -c "${BENCH_CORE:-0}")
   stop_cluster "$WORK"
   (cd "$WORK" && as_pg "${pin[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w -t 60 start \
     >/dev/null) || die "server did not restart"
 }
 
-# Modes, named NpinSYNC or NcliSYNC (1pin-off, 8cli-on, ...): N clients; "pin": pgbench on core 0
+# Modes, named NpinSYNC or NcliSYNC (1pin-off, 8cli-on, ...): N clients; "pin": pgbench on that core
 # (the server is pinned by restart), "cli": unpinned; synchronous_commit off or on.  pgbench runs
 # a thread per client, up to 4.
 mode() {
   [[ $1 =~ ^([0-9]+)(pin|cli)-(on|off)$ ]] || die "unknown mode $1"
   CLIENTS=${BASH_REMATCH[1]} SYNC=${BASH_REMATCH[3]} PIN=()
-  [ "${BASH_REMATCH[2]}" = pin ] && PIN=(taskset -c 0)
+  [ "${BASH_REMATCH[2]}" = pin ] && PIN=(taskset -c "${BENCH_CORE:-0}")
   THREADS=$((CLIENTS < 4 ? CLIENTS : 4))
 }
 
