@@ -69,3 +69,12 @@ print("|---|--:|--:|")
 for v in ("plain_sql", "plain_sql_returning", "idempo_two_call"):
     print(f"| `{v}` | {span(col(v))} | {span(ratio(v, 'plain_sql'), '.2f')} |")
 print(f"\n`idempo_two_call` / `plain_sql_returning`: {span(ratio('idempo_two_call', 'plain_sql_returning'), '.2f')}")
+
+wal = rows("wal.tsv")
+if wal:
+    print("\n### WAL per transaction\n")
+    print("Each variant run alone, `full_page_writes` off (no page images), "
+          "`pg_current_wal_insert_lsn()` before and after, divided by the transactions:\n")
+    print("| variant | bytes of WAL per transaction |\n|---|--:|")
+    for v, b in wal:
+        print(f"| `{v}` | {int(float(b)):,} |")

@@ -57,8 +57,8 @@ hot = defaultdict(lambda: [0, 0])
 for l, r, u, h in rows("hot.tsv"):
     hot[l][0] += int(u)
     hot[l][1] += int(h)
-print("\nUpdates of idempo.operations during those runs (complete, and the one-call form's finish at "
-      "commit), and how many were HOT (no new index entry):\n")
+print("\nUpdates of idempo.operations during those runs (the two-call form's complete; the one-call "
+      "form's row is born finished and never updated), and how many were HOT (no new index entry):\n")
 print("| layout | updates | HOT | HOT share |\n|---|--:|--:|--:|")
 for l in layouts:
     u, h = hot[l]
