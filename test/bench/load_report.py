@@ -59,6 +59,8 @@ def ratio(a, b, base="baseline"):
     return lambda vs: (vs[a]["avg"] - vs[base]["avg"]) / (vs[b]["avg"] - vs[base]["avg"])
 
 
+# the same server's single-client report: benchmarks.md, or benchmarks-pgN.md beside benchmarks-load-pgN.md
+MICRO = os.path.basename(sys.argv[2]).replace("benchmarks-load", "benchmarks")
 lines = []
 w = lines.append
 w("# Benchmarks under load\n")
@@ -68,7 +70,7 @@ w("What a service sees: many clients, durable commits, hot keys, and the cost of
   "random), so that whatever the shared machine does meanwhile hits every variant alike; figures are "
   "medians over rounds with the range in brackets. The single-client microscope (pinned, "
   "`synchronous_commit = off`) and the scale, sweep and space sections are in "
-  "[benchmarks.md](benchmarks.md).\n")
+  f"[{MICRO}]({MICRO}).\n")
 w(f"- Date: {meta.get('date', '?')}; command: `{meta.get('command', '?')}` (as root, from the clone); "
   f"wall time {int(meta.get('wall_s', 0)) // 60} min {int(meta.get('wall_s', 0)) % 60} s")
 w(f"- Machine: {meta.get('cpu', '?')}, {meta.get('nproc', '?')} cores; {meta.get('os', '?')}")
