@@ -19,7 +19,9 @@ def span(xs, f=".0f"):
     xs = sorted(xs)
     if not xs:
         return "-"
-    return f"{statistics.median(xs):{f}} [{xs[0]:{f}}–{xs[-1]:{f}}]"
+    def fmt(x):     # rounded first, so that -0.3 prints as 0, not -0
+        return f"{round(x, int(f[1])) + 0.0:{f}}"
+    return f"{fmt(statistics.median(xs))} [{fmt(xs[0])}–{fmt(xs[-1])}]"
 
 
 meta = dict(rows("meta.tsv"))
@@ -42,7 +44,7 @@ def ratio(v, of):
 
 
 print(f"PostgreSQL {meta.get('postgres', '?')}, `{meta.get('command', '?')}`, commit "
-      f"{meta.get('commit', '?')}, {meta.get('date', '?')}, {meta.get('wall_s', '?')} s. Added µs per "
+      f"{meta.get('commit', '?')}, {meta.get('started', '?')} to {meta.get('date', '?')}, {meta.get('wall_s', '?')} s. Added µs per "
       "transaction over the business insert alone, 1 client, pinned, "
       f"`synchronous_commit = {meta.get('synchronous_commit', 'off')}` (fsync on), "
       "every variant interleaved in one pgbench run per round; median [range] over rounds.\n")

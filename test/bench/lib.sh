@@ -91,9 +91,11 @@ bench_mixed() {
 }
 
 
-# load_rows DB STATUS ROWS TTL [SCOPE]: replace idempo.operations with ROWS valid rows (load.sql); prints seconds.
+# load_rows DB STATUS ROWS TTL [SCOPE]: replace idempo.operations with ROWS valid rows (load.sql); prints
+# seconds; fails (non-zero) if the load failed, which rolls it back and leaves the old rows.
 load_rows() {
-  local t0; t0=$(now)
-  sql "$1" -v scope="${5:-bench}" -v status="$2" -v n="$3" -v ttl="$4" -f "$BENCH/load.sql" >/dev/null
+  local t0 rc; t0=$(now)
+  sql "$1" -v scope="${5:-bench}" -v status="$2" -v n="$3" -v ttl="$4" -f "$BENCH/load.sql" >/dev/null; rc=$?
   awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f\n", a - b }'
+  return $rc
 }
