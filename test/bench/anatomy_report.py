@@ -6,22 +6,12 @@ A variant's added cost is its average latency minus the baseline's in the same p
 variants are interleaved in it); a step's cost is its added cost minus the previous step's, per
 round.  Medians over rounds, [min-max].
 """
-import statistics
 import sys
 from collections import defaultdict
 
-from results import reader
+from results import reader, span
 
 rows = reader(sys.argv[1])
-
-
-def span(xs, f=".0f"):
-    xs = sorted(xs)
-    if not xs:
-        return "-"
-    def fmt(x):     # rounded first, so that -0.3 prints as 0, not -0
-        return f"{round(x, int(f[1])) + 0.0:{f}}"
-    return f"{fmt(statistics.median(xs))} [{fmt(xs[0])}–{fmt(xs[-1])}]"
 
 
 meta = dict(rows("meta.tsv"))

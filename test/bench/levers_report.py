@@ -6,23 +6,15 @@ A variant's added cost is its average latency minus the baseline's in the same p
 variants are interleaved in it); a layout's ratio is, per round, its added cost over the shipped
 layout's in the same round, and the median of those.  Medians over rounds, [min-max].
 """
-import statistics
 import sys
 from collections import defaultdict
 
-from results import reader
+from results import reader, span
 
 res = sys.argv[1]
 
 
 rows = reader(res)
-
-
-def span(xs, f=".1f"):
-    xs = sorted(xs)
-    if not xs:
-        return "-"
-    return f"{statistics.median(xs):{f}} [{xs[0]:{f}}-{xs[-1]:{f}}]"
 
 
 meta = dict(rows("meta.tsv"))

@@ -8,6 +8,7 @@ section() { log "== [$(($(date +%s) - START)) s] $*"; }
 sql() { local db=$1; shift; cpsql "$WORK" "$PORT" -d "$db" -At "$@"; }
 meta() { printf '%s\t%s\n' "$1" "$2" >>"$RES/meta.tsv"; }
 now() { date +%s.%N; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f\n", a - b }'; }   # seconds since $(now) T0
 
 # restart pinned|unpinned: with "pinned", the postmaster and so every backend run on core
 # $BENCH_CORE (default 0; another core lets a second benchmark run beside a long one, e.g. a load).
@@ -16,6 +17,19 @@ restart() {
   stop_cluster "$WORK"
   (cd "$WORK" && as_pg "${pin[@]}" "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w -t 60 start \
     >/dev/null) || die "server did not restart"
+}
+
+# stats_settled DB: waits until no other client is connected to DB.  A backend reports its
+# table statistics as it exits, before it leaves pg_stat_activity, so after this pg_stat_user_tables
+# holds what the pgbench or psql sessions before did.
+stats_settled() {
+  local i
+  for i in $(seq 100); do
+    [ "$(sql "$1" -c "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                        AND backend_type = 'client backend' AND pid <> pg_backend_pid()")" = 0 ] && return 0
+    sleep 0.1
+  done
+  fail "clients of $1 still connected after 10 s"
 }
 
 # Modes, named NpinSYNC or NcliSYNC (1pin-off, 8cli-on, ...): N clients; "pin": pgbench on that core
@@ -96,6 +110,6 @@ bench_mixed() {
 load_rows() {
   local t0 rc; t0=$(now)
   sql "$1" -v scope="${5:-bench}" -v status="$2" -v n="$3" -v ttl="$4" -f "$BENCH/load.sql" >/dev/null; rc=$?
-  awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f\n", a - b }'
+  since "$t0"
   return $rc
 }

@@ -12,7 +12,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-from results import reader
+from results import reader, span
 
 res, out, plot_name = sys.argv[1:4]
 
@@ -22,15 +22,6 @@ rows = reader(res)
 
 def med(xs):
     return statistics.median(xs) if xs else None
-
-
-def span(xs, f=".0f"):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return f"{xs[0]:{f}}"
-    return f"{statistics.median(xs):{f}} [{xs[0]:{f}}–{xs[-1]:{f}}]"
 
 
 meta = dict(rows("meta.tsv"))

@@ -5,20 +5,12 @@ usage: scale_report.py RESULTS_DIR
 Per level, the claim's and the floor's latency come from the same pgbench runs (interleaved); the
 ratio is taken per round, then its median.  Medians over rounds, [min-max].
 """
-import statistics
 import sys
 from collections import defaultdict
 
-from results import reader
+from results import reader, span
 
 rows = reader(sys.argv[1])
-
-
-def span(xs, f=".0f"):
-    xs = sorted(xs)
-    if not xs:
-        return "-"
-    return f"{statistics.median(xs):{f}} [{xs[0]:{f}}–{xs[-1]:{f}}]"
 
 
 def mib(b):
