@@ -27,8 +27,26 @@ ensure_packages() {
   [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root to install them"
   log "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null || die "apt-get update failed"
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install failed"
+  apt_get_waiting update -qq || die "apt-get update failed"
+  apt_get_waiting install -y -qq --no-install-recommends "${missing[@]}" || die "apt-get install failed"
+}
+
+# apt-get ARGS, waiting while another apt or dpkg holds its locks (an unattended upgrade, or this
+# suite's other majors installing debootstrap at the same time) instead of failing: up to 20
+# minutes, then the error.  DPkg::Lock::Timeout covers dpkg's lock; the lists lock of
+# "apt-get update" is not covered by it, hence the loop on apt's own message.
+apt_get_waiting() {
+  local out rc waited=0
+  while :; do
+    out=$(apt-get -o DPkg::Lock::Timeout=120 "$@" 2>&1); rc=$?
+    if [ "$rc" -ne 0 ] && [ "$waited" -lt 1200 ] &&
+       printf '%s\n' "$out" | grep -qE 'Could not get lock|Unable to lock|Unable to acquire the dpkg frontend lock'; then
+      [ "$waited" -eq 0 ] && log "apt is busy (another apt-get holds its lock): waiting"
+      sleep 5; waited=$((waited + 5)); continue
+    fi
+    [ "$rc" -eq 0 ] || printf '%s\n' "$out" | tail -20 >&2
+    return "$rc"
+  done
 }
 
 CORE_PACKAGES=(make gcc libc6-dev postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR)
