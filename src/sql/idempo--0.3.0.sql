@@ -343,6 +343,10 @@ BEGIN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
             HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
     END IF;
+    IF btrim(s.name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'scope name must not be only whitespace' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
     IF octet_length(s.name) > 128 THEN
         RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(s.name)
             USING ERRCODE = '22023', HINT = 'Use a shorter scope name.';
