@@ -33,6 +33,8 @@ SELECT pg_temp.err($$SELECT idempo.complete('m', 'claimed-elsewhere')$$);
 -- a run id passed by position lands in fingerprint (the 4th argument): say so
 SELECT pg_temp.err($$SELECT idempo.claim('m', 'k', NULL, 'run-42')$$);
 SELECT pg_temp.err($$SELECT idempo.claim('m', 'k', '{"qty":1}', 'run-42')$$);
+-- fingerprint passed by name with params: the message does not assume a run id by position
+SELECT pg_temp.err($$SELECT idempo.claim('m', 'k', params => '{"qty":1}', fingerprint => idempo.fingerprint('{"qty":1}'))$$);
 SELECT pg_temp.err($$SELECT idempo.claim('m', 'k', fingerprint => '\x01')$$);
 SELECT pg_temp.err($$SELECT idempo.claim('m', 'k', fingerprint => '\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f2021')$$);
 SELECT outcome FROM idempo.claim('m', 'k', NULL, NULL, 'run-42');

@@ -106,4 +106,9 @@ SELECT regress.err($$SELECT * FROM idempo.sweep(0)$$);
 SELECT regress.err($$SELECT * FROM idempo.sweep(NULL)$$);
 SELECT regress.err($$SELECT * FROM idempo.sweep(1000000)$$);
 
+-- a read-only transaction: refused with 25006, saying why (not PostgreSQL's FOR UPDATE message)
+BEGIN READ ONLY;
+SELECT regress.err($$SELECT * FROM idempo.sweep()$$);
+ROLLBACK;
+
 SELECT * FROM idempo.check_consistency();

@@ -658,15 +658,22 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 
-	/* a run id or params passed by position land in fingerprint: say what was taken as what */
+	/*
+	 * A run id passed by position lands in fingerprint; but fingerprint may
+	 * have been passed by name on purpose, and the call does not tell us
+	 * which.  Say what the argument is, and mention a run id only when it
+	 * is not a digest.
+	 */
 	if (a.params != NULL && !PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("claim of key \"%s\" in scope \"%s\" gives both params and fingerprint",
 						a.key, a.scope->name),
-				 errdetail("The 4th argument, taken as fingerprint, is %s.",
+				 errdetail("The fingerprint argument (the 4th) is %s.",
 						   idempo_bytea_arg_text(PG_GETARG_BYTEA_PP(3))),
-				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both; pass run_id by name: run_id => ...")));
+				 VARSIZE_ANY_EXHDR(PG_GETARG_BYTEA_PP(3)) == IDEMPO_DIGEST_LEN ?
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both.") :
+				 errhint("Pass params (idempo computes the fingerprint) or a fingerprint you computed, not both. A run id given as the 4th argument by position lands in fingerprint: pass it by name, run_id => ...")));
 	if (!PG_ARGISNULL(3))
 	{
 		bytea	   *fp = PG_GETARG_BYTEA_PP(3);
@@ -678,8 +685,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 					 errmsg_plural("fingerprint for key \"%s\" in scope \"%s\" is %zu byte long, not %d",
 								   "fingerprint for key \"%s\" in scope \"%s\" is %zu bytes long, not %d",
 								   len, a.key, a.scope->name, len, IDEMPO_DIGEST_LEN),
-					 errdetail("The 4th argument, taken as fingerprint, is %s.", idempo_bytea_arg_text(fp)),
-					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...); pass run_id by name: run_id => ...")));
+					 errdetail("The fingerprint argument (the 4th) is %s.", idempo_bytea_arg_text(fp)),
+					 errhint("A fingerprint is a SHA-256 digest, e.g. idempo.fingerprint(params) or sha256(...). A run id given as the 4th argument by position lands in fingerprint: pass it by name, run_id => ...")));
 		memcpy(a.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		a.has_fingerprint = true;
 	}

@@ -17,10 +17,25 @@
  * statement before anything is dropped, and calling it loads this library,
  * so it works whether or not the library is preloaded.  It is ENABLE
  * ALWAYS, so session_replication_role = replica does not bypass it.
+ *
+ * Statement forms are not every route: a cascade reaches the extension
+ * from anything one of its members depends on (DROP EXTENSION plpgsql
+ * CASCADE: its PL/pgSQL functions; DROP OWNED BY the owner of a schema
+ * idempo was installed into; an extension a member was marked DEPENDS ON),
+ * and PostgreSQL then drops the whole extension.  So the library also
+ * installs an object_access_hook, loaded with it whatever the route: it sees
+ * OAT_DROP for every object of a DROP before that object is deleted, and the
+ * first of idempo's objects to go (a member, or the extension row itself)
+ * is checked like the statements above.  The trigger fires for every DROP
+ * tag, so the library is loaded before any DROP runs even when it is not
+ * preloaded.  The extension's own scripts (ALTER EXTENSION UPDATE) may drop
+ * members: those drops do not drop the extension.
+ *
  * Event triggers do not fire in single-user mode (nor, on PostgreSQL 17
- * and later, with event_triggers = off): those are a superuser's deliberate
- * way around it, as is ALTER EVENT TRIGGER idempo_drop_guard DISABLE, the
- * way out when the library itself is gone.
+ * and later, with event_triggers = off) and a library that is not loaded
+ * has no hook: those are a superuser's deliberate way around it, as is
+ * ALTER EVENT TRIGGER idempo_drop_guard DISABLE in a session that has not
+ * loaded the library, the way out when the library itself is gone.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,7 +44,9 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/dependency.h"
 #include "catalog/indexing.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_extension.h"
 #include "commands/event_trigger.h"
 #include "commands/extension.h"
@@ -44,6 +61,8 @@
 PG_FUNCTION_INFO_V1(idempo_drop_guard);
 
 bool		idempo_allow_drop_with_records = false;
+
+static object_access_hook_type prev_object_access_hook = NULL;
 
 /* The owner and schema of the extension idempo (from pg_extension). */
 static bool
@@ -150,6 +169,43 @@ append_count(StringInfo buf, int64 n, const char *one, const char *many, int *pa
 	(*parts)++;
 }
 
+/*
+ * ERRORs if idempo (schema nsp) holds operations, open reviews or open
+ * conflicts; how says what would drop it, for the detail.  Counts as the
+ * current user: the caller decides who that is.
+ */
+static void
+refuse_if_records(Oid nsp, const char *how)
+{
+	int64		operations,
+				reviews,
+				conflicts;
+	int			parts = 0,
+				total;
+	StringInfoData what;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	operations = count_rows(nsp, "operations", "");
+	reviews = count_rows(nsp, "reviews", " WHERE resolved_at IS NULL");
+	conflicts = count_rows(nsp, "conflicts", " WHERE resolved_at IS NULL");
+	SPI_finish();
+	if (operations == 0 && reviews == 0 && conflicts == 0)
+		return;
+
+	total = (operations > 0) + (reviews > 0) + (conflicts > 0);
+	initStringInfo(&what);
+	append_count(&what, operations, "operation", "operations", &parts, total);
+	append_count(&what, reviews, "open review", "open reviews", &parts, total);
+	append_count(&what, conflicts, "open conflict", "open conflicts", &parts, total);
+	ereport(ERROR,
+			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+			 errmsg("cannot drop extension idempo while it holds %s", what.data),
+			 errdetail("%s would delete every processing record with it: after CREATE EXTENSION idempo, a key whose action was done would be acquired again.",
+					   how),
+			 errhint("Let finished records expire and resolve reviews and conflicts first, or keep them in a dump (pg_dump); to drop them anyway, a superuser runs SET idempo.allow_drop_with_records = on first.")));
+}
+
 /* idempo.drop_guard(): the event trigger function (see the file header). */
 Datum
 idempo_drop_guard(PG_FUNCTION_ARGS)
@@ -159,12 +215,6 @@ idempo_drop_guard(PG_FUNCTION_ARGS)
 				owner,
 				nsp;
 	const char *how;
-	int64		operations,
-				reviews,
-				conflicts;
-	int			parts = 0,
-				total;
-	StringInfoData what;
 
 	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -182,25 +232,68 @@ idempo_drop_guard(PG_FUNCTION_ARGS)
 	if (!has_privs_of_role(GetUserId(), owner))
 		PG_RETURN_VOID();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	operations = count_rows(nsp, "operations", "");
-	reviews = count_rows(nsp, "reviews", " WHERE resolved_at IS NULL");
-	conflicts = count_rows(nsp, "conflicts", " WHERE resolved_at IS NULL");
-	SPI_finish();
-	if (operations == 0 && reviews == 0 && conflicts == 0)
-		PG_RETURN_VOID();
-
-	total = (operations > 0) + (reviews > 0) + (conflicts > 0);
-	initStringInfo(&what);
-	append_count(&what, operations, "operation", "operations", &parts, total);
-	append_count(&what, reviews, "open review", "open reviews", &parts, total);
-	append_count(&what, conflicts, "open conflict", "open conflicts", &parts, total);
-	ereport(ERROR,
-			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-			 errmsg("cannot drop extension idempo while it holds %s", what.data),
-			 errdetail("%s would delete every processing record with it: after CREATE EXTENSION idempo, a key whose action was done would be acquired again.",
-					   how),
-			 errhint("Let finished records expire and resolve reviews and conflicts first, or keep them in a dump (pg_dump); to drop them anyway, a superuser runs SET idempo.allow_drop_with_records = on first.")));
+	refuse_if_records(nsp, how);
 	PG_RETURN_VOID();
+}
+
+/*
+ * The extension idempo if the object is it or one of its members, else
+ * InvalidOid.
+ */
+static Oid
+idempo_extension_of(Oid classId, Oid objectId)
+{
+	Oid			ext;
+	char	   *name;
+
+	ext = classId == ExtensionRelationId ? objectId : getExtensionOfObject(classId, objectId);
+	if (!OidIsValid(ext))
+		return InvalidOid;
+	name = get_extension_name(ext);
+	return name != NULL && strcmp(name, "idempo") == 0 ? ext : InvalidOid;
+}
+
+/*
+ * object_access_hook: the backstop for the routes the statement check does
+ * not recognise (see the file header).  PostgreSQL has already checked that
+ * the statement may drop what it drops, so the records are counted as the
+ * extension's owner, whoever runs it.
+ */
+static void
+drop_guard_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
+{
+	Oid			ext,
+				owner,
+				nsp,
+				save_userid;
+	int			save_sec_context;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	/* a column is not the extension: only whole objects can be its members */
+	if (access != OAT_DROP || subId != 0 || idempo_allow_drop_with_records)
+		return;
+	ext = idempo_extension_of(classId, objectId);
+	if (!OidIsValid(ext))
+		return;
+	/* its own update script dropping one of its objects: the extension stays */
+	if (creating_extension && CurrentExtensionObject == ext)
+		return;
+	if (!extension_owner_and_schema(ext, &owner, &nsp))
+		return;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	refuse_if_records(nsp, "This statement drops extension idempo, directly or by cascade, which");
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/* _PG_init: whether or not the library is preloaded (see the file header). */
+void
+idempo_install_drop_hook(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = drop_guard_object_access;
 }

@@ -131,6 +131,32 @@ refuse(const FinishArgs *f, const char *verb)
 			 errhint("Claim the key first with idempo.claim().")));
 }
 
+/*
+ * fail(..., retryable) of the attempt that used the scope's max_attempts:
+ * the operation is retryable, as answered, but the next claim will not
+ * acquire it; it puts it in review (claim.c).  Say so now, to the caller
+ * that decides what to do next, rather than answer a status it does not
+ * have yet.
+ */
+static void
+notice_attempts_used(const FinishArgs *f)
+{
+	OpRow		r;
+
+	if (f->to != STATUS_RETRYABLE || f->scope->max_attempts <= 0)
+		return;
+	if (!op_row_read(f->scope->name, f->key, &r, OP_READ_PLAIN) ||
+		r.attempt - r.attempt_base < f->scope->max_attempts)
+		return;
+	ereport(NOTICE,
+			(errmsg_plural("key \"%s\" in scope \"%s\" has used the %d attempt its scope allows: the next claim puts it in review",
+						   "key \"%s\" in scope \"%s\" has used the %d attempts its scope allows: the next claim puts it in review",
+						   f->scope->max_attempts, f->key, f->scope->name, f->scope->max_attempts),
+			 errdetail("fail() recorded attempt %d as retryable; max_attempts of the scope is %d.",
+					   f->attempt, f->scope->max_attempts),
+			 errhint("Do not retry it: the next claim answers in_review (reason attempts_exhausted), and a reviewer's resolve(..., 'not_executed') grants new attempts.")));
+}
+
 static Datum
 finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *verb)
 {
@@ -142,6 +168,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	Datum		values[10];
 	char		nulls[10];
 	int			from_status = -1;
+	char	   *run_id = NULL;
 
 	idempo_spi_begin(&session);
 	f->scope = idempo_scope_get(scope_name);
@@ -163,6 +190,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	if (finish_directly(f, completed_at, expires_at))
 	{
 		idempo_txn_finished(f->scope->name, f->key, f->attempt);
+		notice_attempts_used(f);
 		idempo_spi_end(&session);
 		return idempo_status_datum(f->to);
 	}
@@ -172,7 +200,12 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 		OpRow		before;
 
 		if (op_row_read(f->scope->name, f->key, &before, OP_READ_FOR_UPDATE))
+		{
 			from_status = before.status;
+			/* the event names the run of the attempt it finishes */
+			if (before.run_id)
+				run_id = TextDatumGetCString(before.run_id);
+		}
 	}
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -196,8 +229,9 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 		refuse(f, verb);
 	idempo_txn_finished(f->scope->name, f->key, f->attempt);
 
-	idempo_log_event(f->scope, f->key, NULL, f->attempt, from_status, f->to, -1, verb, now,
+	idempo_log_event(f->scope, f->key, run_id, f->attempt, from_status, f->to, -1, verb, now,
 					 session.save_userid);
+	notice_attempts_used(f);
 	idempo_spi_end(&session);
 	return idempo_status_datum(f->to);
 }

@@ -391,6 +391,10 @@ extern bool idempo_allow_drop_with_records;
 extern void idempo_define_gucs(void);
 extern bool idempo_database_listed(const char *name);
 
+/* ---- drop_guard.c ---- */
+
+extern void idempo_install_drop_hook(void);
+
 /* ---- launcher.c, sweeper.c, db_guard.c ---- */
 
 extern void idempo_register_launcher(void);

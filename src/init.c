@@ -22,6 +22,8 @@ _PG_init(void)
 	idempo_define_gucs();
 	idempo_catalog_register_callbacks();
 	idempo_txn_register_callbacks();
+	/* the drop guard's backstop: also when loaded on demand (drop_guard.c) */
+	idempo_install_drop_hook();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

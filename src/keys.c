@@ -55,7 +55,20 @@ idempo_bytea_arg_text(bytea *b)
 	return psprintf("'\\x%s%s'", hex, len > 32 ? "..." : "");
 }
 
-/* The scope argument as a C string; refuses NULL, empty and oversized names. */
+/* True if the text is empty or only ASCII whitespace. */
+static bool
+blank(const text *t)
+{
+	const char *p = VARDATA_ANY(t);
+	const char *end = p + VARSIZE_ANY_EXHDR(t);
+
+	for (; p < end; p++)
+		if (*p != ' ' && (*p < '\t' || *p > '\r'))	/* \t \n \v \f \r */
+			return false;
+	return true;
+}
+
+/* The scope argument as a C string; refuses NULL, blank and oversized names. */
 char *
 idempo_scope_arg(FunctionCallInfo fcinfo, int argno)
 {
@@ -69,10 +82,10 @@ idempo_scope_arg(FunctionCallInfo fcinfo, int argno)
 				 errhint("Pass the scope name, e.g. 'warehouse.outbound'.")));
 	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
+	if (blank(t))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("scope must not be empty"),
+				 len == 0 ? errmsg("scope must not be empty") : errmsg("scope must not be only whitespace"),
 				 errhint("Pass the scope name, e.g. 'warehouse.outbound'.")));
 	if (len > IDEMPO_MAX_SCOPE_BYTES)
 		ereport(ERROR,
@@ -84,8 +97,8 @@ idempo_scope_arg(FunctionCallInfo fcinfo, int argno)
 
 /*
  * The key argument in its stored form: the key itself, or the hex SHA-256
- * digest of it in hash_keys scopes.  Refuses NULL, empty and oversized keys
- * without quoting them.
+ * digest of it in hash_keys scopes.  Refuses NULL, blank (empty or only
+ * whitespace) and oversized keys without quoting them.
  */
 char *
 idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope)
@@ -100,10 +113,11 @@ idempo_key_arg(FunctionCallInfo fcinfo, int argno, const IdempoScope *scope)
 				 errhint("Pass the stable identity of the business action, e.g. 'order-1001/shipment-1'.")));
 	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
+	if (blank(t))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("key must not be empty (scope \"%s\")", scope->name),
+				 len == 0 ? errmsg("key must not be empty (scope \"%s\")", scope->name) :
+				 errmsg("key must not be only whitespace (scope \"%s\")", scope->name),
 				 errhint("Pass the stable identity of the business action, e.g. 'order-1001/shipment-1'.")));
 	if (len > IDEMPO_MAX_KEY_BYTES)
 		ereport(ERROR,

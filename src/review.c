@@ -151,8 +151,10 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 					 errhint("Look it up again after the settle window.")));
 	}
 	op_row_write(s->name, key, &r);
-	idempo_log_event(s, key, NULL, r.attempt, from, r.status, -1,
-					 found ? "verify found" : "verify not found", now, session.save_userid);
+	/* the event names the run of the attempt whose outcome was looked up */
+	idempo_log_event(s, key, r.run_id ? TextDatumGetCString(r.run_id) : NULL, r.attempt, from,
+					 r.status, -1, found ? "verify found" : "verify not found", now,
+					 session.save_userid);
 	idempo_spi_end(&session);
 	PG_RETURN_DATUM(idempo_status_datum(r.status));
 }

@@ -215,7 +215,7 @@ idempo_scope_get(const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("scope \"%s\" does not exist", name),
-				 errhint("Create it first: SELECT idempo.create_scope('%s', retention => '24 hours');",
+				 errhint("Check the name; a role that may create scopes (docs/security.md) adds it with SELECT idempo.create_scope('%s', retention => '24 hours');",
 						 name)));
 	return scope;
 }

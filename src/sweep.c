@@ -26,6 +26,8 @@
  */
 #include "idempo.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "citus.h"
 #include "funcapi.h"
@@ -384,6 +386,22 @@ idempo_sweep(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be between 1 and %d, not %d", MAX_SWEEP_BATCH, batch),
 				 errhint("Call sweep() again while it reports full batches.")));
+
+	/*
+	 * The sweep writes: say so before its first locking read fails with
+	 * PostgreSQL's message and our SQL in CONTEXT.  A job scheduled on every
+	 * node of a cluster (pg_cron under Patroni) meets this on the standbys.
+	 */
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("idempo.sweep() cannot run in a read-only transaction"),
+				 RecoveryInProgress() ?
+				 errdetail("This server is a standby: the primary sweeps, and its changes arrive here by replication.") :
+				 errdetail("The sweep changes and deletes records."),
+				 RecoveryInProgress() ?
+				 errhint("Run idempo.sweep() on the primary. A job scheduled on every node skips the standbys with: DO $$BEGIN IF NOT pg_is_in_recovery() THEN PERFORM idempo.sweep(); END IF; END$$") :
+				 errhint("Run idempo.sweep() in a read-write transaction.")));
 
 	InitMaterializedSRF(fcinfo, 0);
 	memset(&total, 0, sizeof(total));

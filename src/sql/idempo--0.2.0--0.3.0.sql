@@ -159,11 +159,22 @@ $$;
 -- DROP EXTENSION idempo is refused while records exist (src/drop_guard.c)
 ------------------------------------------------------------------------------------------------
 
+-- It fires for every DROP, so the library and its object_access_hook (cascades) are loaded first.
+
 CREATE FUNCTION idempo.drop_guard() RETURNS event_trigger
     AS 'MODULE_PATHNAME', 'idempo_drop_guard'
     LANGUAGE C;
 CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('DROP ACCESS METHOD', 'DROP AGGREGATE', 'DROP CAST', 'DROP COLLATION',
+                 'DROP CONVERSION', 'DROP DOMAIN', 'DROP EXTENSION',
+                 'DROP FOREIGN DATA WRAPPER', 'DROP FOREIGN TABLE', 'DROP FUNCTION',
+                 'DROP INDEX', 'DROP LANGUAGE', 'DROP MATERIALIZED VIEW', 'DROP OPERATOR',
+                 'DROP OPERATOR CLASS', 'DROP OPERATOR FAMILY', 'DROP OWNED', 'DROP POLICY',
+                 'DROP PROCEDURE', 'DROP PUBLICATION', 'DROP ROUTINE', 'DROP RULE',
+                 'DROP SCHEMA', 'DROP SEQUENCE', 'DROP SERVER', 'DROP STATISTICS', 'DROP TABLE',
+                 'DROP TEXT SEARCH CONFIGURATION', 'DROP TEXT SEARCH DICTIONARY',
+                 'DROP TEXT SEARCH PARSER', 'DROP TEXT SEARCH TEMPLATE', 'DROP TRANSFORM',
+                 'DROP TRIGGER', 'DROP TYPE', 'DROP USER MAPPING', 'DROP VIEW')
     EXECUTE FUNCTION idempo.drop_guard();
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 REVOKE ALL ON FUNCTION idempo.drop_guard() FROM PUBLIC;
@@ -220,6 +231,10 @@ DECLARE
 BEGIN
     IF s.name IS NULL OR s.name = '' THEN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF btrim(s.name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'scope name must not be only whitespace' USING ERRCODE = '22023',
             HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
     END IF;
     IF octet_length(s.name) > 128 THEN

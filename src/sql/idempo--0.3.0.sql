@@ -343,6 +343,10 @@ BEGIN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
             HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
     END IF;
+    IF btrim(s.name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'scope name must not be only whitespace' USING ERRCODE = '22023',
+            HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
+    END IF;
     IF octet_length(s.name) > 128 THEN
         RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(s.name)
             USING ERRCODE = '22023', HINT = 'Use a shorter scope name.';
@@ -899,12 +903,23 @@ $$;
 -- DROP EXTENSION idempo, DROP SCHEMA idempo CASCADE and DROP OWNED BY the extension's owner are
 -- refused while operations, open reviews or open conflicts exist, unless a superuser set
 -- idempo.allow_drop_with_records.  A member of the extension (it goes with it), fired before the
--- statement runs; ENABLE ALWAYS, so session_replication_role = replica does not skip it.
+-- statement runs; ENABLE ALWAYS, so session_replication_role = replica does not skip it.  It fires
+-- for every DROP: calling it loads the library, whose object_access_hook refuses the cascades that
+-- reach the extension by other routes (DROP EXTENSION plpgsql CASCADE ...).
 CREATE FUNCTION idempo.drop_guard() RETURNS event_trigger
     AS 'MODULE_PATHNAME', 'idempo_drop_guard'
     LANGUAGE C;
 CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('DROP ACCESS METHOD', 'DROP AGGREGATE', 'DROP CAST', 'DROP COLLATION',
+                 'DROP CONVERSION', 'DROP DOMAIN', 'DROP EXTENSION',
+                 'DROP FOREIGN DATA WRAPPER', 'DROP FOREIGN TABLE', 'DROP FUNCTION',
+                 'DROP INDEX', 'DROP LANGUAGE', 'DROP MATERIALIZED VIEW', 'DROP OPERATOR',
+                 'DROP OPERATOR CLASS', 'DROP OPERATOR FAMILY', 'DROP OWNED', 'DROP POLICY',
+                 'DROP PROCEDURE', 'DROP PUBLICATION', 'DROP ROUTINE', 'DROP RULE',
+                 'DROP SCHEMA', 'DROP SEQUENCE', 'DROP SERVER', 'DROP STATISTICS', 'DROP TABLE',
+                 'DROP TEXT SEARCH CONFIGURATION', 'DROP TEXT SEARCH DICTIONARY',
+                 'DROP TEXT SEARCH PARSER', 'DROP TEXT SEARCH TEMPLATE', 'DROP TRANSFORM',
+                 'DROP TRIGGER', 'DROP TYPE', 'DROP USER MAPPING', 'DROP VIEW')
     EXECUTE FUNCTION idempo.drop_guard();
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 

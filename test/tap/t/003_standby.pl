@@ -50,6 +50,11 @@ like($err, qr/25006: cannot claim key "new-order" in scope "done" in a read-only
 ($rc, $out, $err) = $standby->psql('postgres', q{SELECT idempo.claim('done', 'shipped', '{"qty":2}')});
 like($err, qr/cannot claim key "shipped" in scope "done" in a read-only transaction/,
      'a conflict, which must be recorded, is refused on the standby');
+($rc, $out, $err) = $standby->psql('postgres', q{SELECT * FROM idempo.sweep()});
+like($err, qr/ERROR:  idempo.sweep\(\) cannot run in a read-only transaction\nDETAIL:  This server is a standby.*HINT:  Run idempo.sweep\(\) on the primary/s,
+     'sweep() on the standby says why it cannot run (not FOR UPDATE with its SQL)');
+$standby->safe_psql('postgres', q{DO $$BEGIN IF NOT pg_is_in_recovery() THEN PERFORM idempo.sweep(); END IF; END$$});
+pass('the form of the hint skips the standby');
 
 is($standby->safe_psql('postgres', q{SELECT pg_is_in_recovery()}), 't', 'the standby is in recovery');
 is($standby->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations WHERE key = 'unfinished'}), '1',

@@ -1,5 +1,6 @@
 # DROP EXTENSION idempo is refused while records exist also when the library is not preloaded:
-# the guard is an event trigger of the extension, and firing it loads the library.  The override
+# the guard is an event trigger of the extension, and firing it loads the library, whose hook also
+# refuses the cascades that reach the extension (DROP EXTENSION plpgsql CASCADE).  The override
 # set before the library is loaded is honoured; ALTER EXTENSION UPDATE from 0.2.0 and
 # pg_dump/pg_restore bring the guard along.  (sql/drop_guard.sql has the cases in detail.)
 use strict;
@@ -28,6 +29,29 @@ like($err, qr/HINT:  .*SET idempo.allow_drop_with_records = on/, 'and the overri
 ($ret, $out, $err) = $node->psql('postgres', 'DROP SCHEMA idempo CASCADE');
 like($err, qr/cannot drop extension idempo while it holds/, 'DROP SCHEMA idempo CASCADE is refused too');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations}), '2', 'nothing was dropped');
+
+# a cascade that reaches the extension: the trigger fires for every DROP, so the library (and its
+# object_access_hook, which sees idempo's objects go whatever the statement) is loaded first
+($ret, $out, $err) = $node->psql('postgres', 'DROP EXTENSION plpgsql CASCADE');
+like($err, qr/ERROR:  cannot drop extension idempo while it holds 2 operations/,
+	 'DROP EXTENSION plpgsql CASCADE is refused in a fresh session');
+# a type one of idempo's objects depends on (a function the user made a member of it)
+$node->safe_psql('postgres', q{
+CREATE TYPE public.ticket AS (id int);
+CREATE FUNCTION public.ticket_id(public.ticket) RETURNS int LANGUAGE sql AS 'SELECT $1.id';
+ALTER EXTENSION idempo ADD FUNCTION public.ticket_id(public.ticket);
+});
+($ret, $out, $err) = $node->psql('postgres', 'DROP TYPE public.ticket CASCADE');
+like($err, qr/ERROR:  cannot drop extension idempo while it holds 2 operations/,
+	 'DROP TYPE of a type a member depends on is refused in a fresh session');
+$node->safe_psql('postgres', q{
+ALTER EXTENSION idempo DROP FUNCTION public.ticket_id(public.ticket);
+DROP TYPE public.ticket CASCADE;
+});
+is($node->safe_psql('postgres',
+	q{SELECT count(*) FROM pg_extension WHERE extname IN ('idempo', 'plpgsql')}), '2',
+   'both extensions are still there');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempo.operations}), '2', 'and the records');
 
 # the override, set while the library is not loaded yet (a placeholder), counts once it loads
 $node->safe_psql('postgres', q{SET idempo.allow_drop_with_records = on; DROP EXTENSION idempo;});
