@@ -67,6 +67,8 @@ SELECT * FROM pg_temp.op('ship', 'order-3');
 SELECT outcome FROM idempo.claim('ship', 'order-4', '{"x":1}');
 SET idempo.clock_offset = '6min';
 SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-4', '{"x":1}');
+-- that claim took the verification lease (has_lease): until it runs out, or a verify or a late
+-- reply ends it, another claim answers busy
 SELECT * FROM pg_temp.op('ship', 'order-4');
 SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-4', '{"x":1}');
 -- a late reply of the same attempt still resolves it

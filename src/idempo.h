@@ -193,9 +193,10 @@ typedef struct IdempoScope
 {
 	char		name[IDEMPO_MAX_SCOPE_BYTES + 1];
 	bool		enabled;
-	int64		retention_us;
-	int64		lease_us;
-	int64		verify_settle_us;
+	/* the timings, added to times with idempo_time_plus() (the UTC calendar, clock.c) */
+	Interval	retention;
+	Interval	lease;
+	Interval	verify_settle;
 	bool		retry_on_lease_expiry;
 	int32		max_attempts;	/* 0: no limit */
 	bool		require_fingerprint;
@@ -203,7 +204,8 @@ typedef struct IdempoScope
 	bool		store_params;
 	bool		audit;
 	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
-	int64		remember_us;	/* 0: finished records are purged at expires_at */
+	Interval	remember;
+	bool		remembers;		/* remember > 0; else finished records are purged at expires_at */
 	ArrayType  *fingerprint_ignore_paths;	/* the column; NULL or empty: every field counts */
 	IdempoIgnore *fingerprint_ignore;	/* compiled from it when first needed */
 	bool		fingerprint_ignore_compiled;
@@ -239,7 +241,8 @@ extern bool idempo_clock_offset_check(char **newval, void **extra, GucSource sou
 extern void idempo_clock_offset_assign(const char *newval, void *extra);
 extern TimestampTz idempo_now(void);
 extern TimestampTz idempo_time_add(TimestampTz t, int64 usecs);
-extern int64 idempo_interval_usecs(Interval *iv);
+extern TimestampTz idempo_time_plus(TimestampTz t, const Interval *iv);
+extern int64 idempo_interval_usecs(const Interval *iv);
 
 /* ---- txn_attempts.c: the attempts this transaction acquired ---- */
 
