@@ -14,6 +14,9 @@
  *	                        +--lease runs out--> in_progress, attempt+1 (on_lease_expiry = 'retry')
  *	 unknown/retryable --complete/fail of the current attempt (a late reply)--> succeeded/failed/retryable
  *	 unknown --verify(found)--> succeeded; --verify(not found, settle window passed)--> retryable
+ *	 unknown --claim--> unknown with a verification lease (lease_expires_at set: one
+ *	   caller at a time looks it up; other claims answer busy until it runs out, or
+ *	   verify, complete/fail, review end it; claim.c)
  *	 in_progress/retryable/unknown --first_seen_at + retention passed--> in_review
  *	 retryable with max_attempts used --claim--> in_review
  *	 (none), claim with intent_at older than retention --> in_review (stale)
@@ -28,7 +31,8 @@
  * Invariants kept by every writer (and checked by idempo.check_consistency):
  *	 - attempt grows by one with each acquisition and doubles as fencing token:
  *	   complete/fail/verify name an attempt, and a superseded one is refused;
- *	 - in_progress rows have lease_expires_at, finished rows completed_at and
+ *	 - in_progress rows have lease_expires_at, unknown rows may (the
+ *	   verification lease), no others; finished rows have completed_at and
  *	   expires_at; in_review rows have exactly one open review;
  *	 - sweep_at is never later than the first time the sweep has work on the
  *	   row (it may be earlier: the sweep then just moves it forward).
