@@ -63,6 +63,20 @@ SELECT set_config('idempo.clock_offset', (timestamptz '2027-03-01 18:00+00' - no
 SELECT outcome, attempt FROM idempo.claim('monthly', 'm-3');
 RESET idempo.clock_offset;
 
+-- A day is 24 hours, also across a daylight saving change of the session's TimeZone (Berlin
+-- moves its clocks on 2027-03-28): a day after 2027-03-27 12:00 UTC is 2027-03-28 12:00 UTC.
+SELECT name FROM idempo.create_scope('daily', retention => '1 hour', remember => '2 days');
+SELECT outcome FROM idempo.claim('daily', 'd-1', complete_on_commit => true);
+UPDATE idempo.operations
+   SET completed_at = '2027-03-27 11:00+00', expires_at = '2027-03-27 12:00+00', sweep_at = '2027-03-29 12:00+00'
+ WHERE scope = 'daily';
+SELECT remember FROM idempo.alter_scope('daily', remember => '1 day');
+SELECT sweep_at AT TIME ZONE 'UTC' AS forgotten_at FROM idempo.operations WHERE scope = 'daily';
+SELECT set_config('idempo.clock_offset', (timestamptz '2027-03-28 11:30+00' - now())::text, false) IS NOT NULL AS set;
+SELECT outcome FROM idempo.claim('daily', 'd-1');
+SELECT purged FROM idempo.sweep();
+RESET idempo.clock_offset;
+
 -- Unfinished work goes to review a calendar month after it was first seen; a shorter retention
 -- reschedules it to that instant.
 SELECT name FROM idempo.create_scope('review', retention => '2 months', lease => '1 hour');
