@@ -67,6 +67,8 @@ SELECT * FROM pg_temp.op('ship', 'order-3');
 SELECT outcome FROM idempo.claim('ship', 'order-4', '{"x":1}');
 SET idempo.clock_offset = '6min';
 SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-4', '{"x":1}');
+-- that claim took the verification lease (has_lease): until it runs out, or a verify or a late
+-- reply ends it, another claim answers busy
 SELECT * FROM pg_temp.op('ship', 'order-4');
 SELECT outcome, status, attempt FROM idempo.claim('ship', 'order-4', '{"x":1}');
 -- a late reply of the same attempt still resolves it
@@ -205,3 +207,19 @@ RESET default_transaction_read_only;
 -- nothing was written by the refused claims
 SELECT key, status, attempt FROM idempo.operations WHERE key IN ('order-22', 'order-23', 'order-new') ORDER BY key;
 SELECT count(*) AS conflicts_of_order_22 FROM idempo.conflicts WHERE key = 'order-22';
+-- 'unknown' writes: the claim that answers it takes the verification lease.  Read-only, a claim
+-- answers busy while another caller's lease is live, and is refused once it has run out.
+SET idempo.clock_offset = '10min';
+SELECT outcome, status, lease_expires_at > idempo.now() AS leased FROM idempo.claim('ship', 'order-22', '{"x":1}');
+SET default_transaction_read_only = on;
+SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}');
+SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}', wait => false);
+SET idempo.clock_offset = '16min';
+SELECT idempo.claim('ship', 'order-22', '{"x":1}');
+RESET default_transaction_read_only;
+-- in one transaction the holder gets unknown again, once per column too
+BEGIN;
+SELECT outcome, status, attempt FROM (SELECT (idempo.claim('ship', 'order-22', '{"x":1}')).*) c;
+SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}');
+COMMIT;
+RESET idempo.clock_offset;

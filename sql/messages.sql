@@ -51,7 +51,7 @@ BEGIN
 END $$;
 SELECT s AS setting, pg_temp.offset_s(s) AS seconds
 FROM unnest(ARRAY['2 hours', '5min 1s', '6min', '90', '-3600', '-1 day', '1 day 2 hours', 'PT2H',
-                  '1 mon', '1.5 hours', '2h', '0']) AS s;
+                  '1 week', '1.5 hours', '2h', '0']) AS s;  -- '1 mon': a calendar month (calendar_time)
 SELECT pg_temp.err($$SET idempo.clock_offset = 'soon'$$);
 SELECT pg_temp.err($$SET idempo.clock_offset = 'infinity'$$);
 SELECT pg_temp.err($$SET idempo.clock_offset = '200 years'$$);

@@ -35,7 +35,7 @@ FROM idempo.claim('pay', 'p-1', '{"amount":10}');
 -- the claim shrank the record: what recognises the key and its request stays
 SELECT status, attempt, fingerprint = idempo.fingerprint('{"amount":10}') AS fingerprint, target_ref,
        result IS NULL AS no_result, params IS NULL AS no_params, run_id IS NULL AS no_run_id,
-       sweep_at - expires_at AS remembered_for
+       sweep_at = ((expires_at AT TIME ZONE 'UTC') + interval '1 year') AT TIME ZONE 'UTC' AS remembered_a_year
 FROM idempo.lookup('pay', 'p-1');
 -- again: still expired; with another request: a conflict (recorded, without stored params)
 SELECT outcome FROM idempo.claim('pay', 'p-1', '{"amount":10}');
@@ -64,11 +64,12 @@ SELECT outcome FROM idempo.claim('pay', 's-6', '{"n":6}', run_id => 'run-6');
 SELECT idempo.complete('pay', 's-6', 1, result => '{"receipt":"R-6"}', target_ref => 'TX-6');
 SET idempo.clock_offset = '2 days';
 SELECT * FROM idempo.sweep();
-SELECT status, result, params, run_id, target_ref, sweep_at - expires_at AS remembered_for
+SELECT status, result, params, run_id, target_ref,
+       sweep_at = ((expires_at AT TIME ZONE 'UTC') + interval '1 year') AT TIME ZONE 'UTC' AS remembered_a_year
 FROM idempo.lookup('pay', 's-6');
 SELECT count(*) AS remembered FROM idempo.operations
 WHERE scope = 'pay' AND result IS NULL AND params IS NULL
-  AND sweep_at = expires_at + interval '360 days';  -- idempo counts a month as 30 days
+  AND sweep_at = ((expires_at AT TIME ZONE 'UTC') + interval '1 year') AT TIME ZONE 'UTC';  -- a calendar year
 SELECT * FROM idempo.check_consistency();
 -- a sweep before the year is over leaves them alone
 SET idempo.clock_offset = '300 days';

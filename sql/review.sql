@@ -60,6 +60,7 @@ SET idempo.clock_offset = '30min';
 SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
 SELECT regress.err($$SELECT idempo.verify('wh', 'order-5', attempt => 1, found => false)$$);
 SELECT regress.err($$SELECT idempo.verify('wh', 'order-5', attempt => 3, found => false)$$);
+-- the claim before took the verification lease: another one is busy meanwhile
 SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
 -- attempt 2's own lookup decides
 SELECT idempo.verify('wh', 'order-5', attempt => 2, found => true, target_ref => 'SHP-505');

@@ -30,8 +30,18 @@
  *	  out to be held, and otherwise (an extension lock, say) tried again.
  * 4. A key this transaction acquired answers 'acquired' again.  In a
  *	  read-only transaction or on a standby, only the answers that need no
- *	  write are given (replay, busy, unknown, in_review); the others are
+ *	  write are given (replay, expired, busy, in_review); the others are
  *	  refused with 25006, saying why the claim would write.
+ * 5. An unknown outcome is handed to one caller at a time: the claim that
+ *	  answers 'unknown' takes a verification lease on the record (status
+ *	  stays unknown, lease_expires_at = now + the scope's lease, written in
+ *	  the claim's transaction).  While it is live, other claims answer
+ *	  'busy', as for a live attempt; verify(), a late complete/fail, review
+ *	  or the retention running out end it, and once it has run out the next
+ *	  claim answers 'unknown' and takes it in turn.  Nothing needs sweeping
+ *	  when it runs out.  With the SQL objects of 0.1.0/0.2.0 (whose
+ *	  check_consistency() knows leases only on in_progress records) every
+ *	  claim answers 'unknown' as before, until ALTER EXTENSION UPDATE.
  *
  * No lock outlives these statements but the row's own, so a transaction can
  * claim any number of keys.  Every time is computed here and passed as a
@@ -45,6 +55,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -110,15 +121,15 @@ row_acquire(OpRow *r, const ClaimArgs *a)
 		r->status = STATUS_SUCCEEDED;
 		r->lease_expires_at = DT_NOBEGIN;
 		r->completed_at = a->now;
-		r->expires_at = idempo_time_add(a->now, s->retention_us);
+		r->expires_at = idempo_time_plus(a->now, &s->retention);
 		r->sweep_at = r->expires_at;
 	}
 	else
 	{
-		TimestampTz review_at = idempo_time_add(r->first_seen_at, s->retention_us);
+		TimestampTz review_at = op_review_at(r, s);
 
 		r->status = STATUS_IN_PROGRESS;
-		r->lease_expires_at = idempo_time_add(a->now, s->lease_us);
+		r->lease_expires_at = idempo_time_plus(a->now, &s->lease);
 		r->completed_at = DT_NOBEGIN;
 		r->expires_at = DT_NOBEGIN;
 		r->sweep_at = Min(r->lease_expires_at, review_at);
@@ -147,7 +158,7 @@ static bool
 intent_is_stale(const ClaimArgs *a)
 {
 	return a->has_intent_at &&
-		idempo_time_add(a->intent_at, a->scope->retention_us) < a->now;
+		idempo_time_plus(a->intent_at, &a->scope->retention) < a->now;
 }
 
 /* Opens a review and puts the operation in review (the row is written by the caller). */
@@ -169,8 +180,9 @@ stale_note(const ClaimArgs *a)
 
 /*
  * In a read-only transaction (and on a standby) a claim gives the answers
- * that need no write -- replay, busy, unknown, in_review -- and refuses the
+ * that need no write -- replay, expired, busy, in_review -- and refuses the
  * others here, before anything is written, saying why it would write.
+ * 'unknown' writes: it takes the verification lease.
  */
 static void
 must_write(const ClaimArgs *a, const char *why)
@@ -186,7 +198,86 @@ must_write(const ClaimArgs *a, const char *why)
 			 errdetail("The claim must write: %s.", why),
 			 RecoveryInProgress() ?
 			 errhint("This server is a standby: claim on the primary.") :
-			 errhint("Claim in a read-write transaction; a read-only one gets only the answers that need no write (replay, expired, busy, unknown, in_review).")));
+			 errhint("Claim in a read-write transaction; a read-only one gets only the answers that need no write (replay, expired, busy, in_review).")));
+}
+
+/*
+ * The verification leases this transaction took (see the file header), so
+ * that its own claims of the key answer 'unknown' again and not 'busy':
+ * SELECT (claim(...)).* calls claim once per column.  A lease is known by
+ * the exact lease_expires_at the claim wrote; if the subtransaction that
+ * took it rolled back, the record no longer shows it.  The last few are
+ * kept: a transaction that took more and claims an older one again gets
+ * 'busy', which is safe.
+ */
+#define VERIFY_LEASES_KEPT 8
+
+typedef struct VerifyLease
+{
+	TransactionId xid;			/* the top transaction that took it */
+	uint64		hash;			/* of scope and key */
+	int32		attempt;
+	TimestampTz until;
+} VerifyLease;
+
+static VerifyLease verify_leases[VERIFY_LEASES_KEPT];
+static int	verify_leases_next = 0;
+
+static uint64
+verify_lease_hash(const ClaimArgs *a)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) a->scope->name,
+										strlen(a->scope->name), 0);
+
+	return hash_bytes_extended((const unsigned char *) a->key, strlen(a->key), h);
+}
+
+static bool
+verify_lease_mine(const ClaimArgs *a, const OpRow *r)
+{
+	TransactionId xid = GetTopTransactionIdIfAny();
+	uint64		h;
+	int			i;
+
+	if (!TransactionIdIsValid(xid))
+		return false;
+	h = verify_lease_hash(a);
+	for (i = 0; i < VERIFY_LEASES_KEPT; i++)
+		if (verify_leases[i].xid == xid && verify_leases[i].hash == h &&
+			verify_leases[i].attempt == r->attempt && verify_leases[i].until == r->lease_expires_at)
+			return true;
+	return false;
+}
+
+static void
+verify_lease_taken(const ClaimArgs *a, const OpRow *r)
+{
+	VerifyLease *l = &verify_leases[verify_leases_next];
+
+	verify_leases_next = (verify_leases_next + 1) % VERIFY_LEASES_KEPT;
+	l->xid = GetTopTransactionIdIfAny();
+	l->hash = verify_lease_hash(a);
+	l->attempt = r->attempt;
+	l->until = r->lease_expires_at;
+}
+
+/*
+ * An unknown record: 'busy' while another caller's verification lease is
+ * live, else 'unknown', with the lease taken for this caller (*took: the
+ * caller writes the record).
+ */
+static IdempoOutcome
+decide_unknown(const ClaimArgs *a, OpRow *r, bool *took)
+{
+	/* the SQL objects of 0.1.0 and 0.2.0 know no verification lease: unknown to everyone */
+	if (!idempo_catalog()->scope_rules)
+		return OUTCOME_UNKNOWN;
+	if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at) && r->lease_expires_at > a->now)
+		return verify_lease_mine(a, r) ? OUTCOME_UNKNOWN : OUTCOME_BUSY;
+	must_write(a, "its outcome is unknown, and the one caller who looks it up takes a verification lease on it");
+	r->lease_expires_at = idempo_time_plus(a->now, &a->scope->lease);
+	*took = true;
+	return OUTCOME_UNKNOWN;
 }
 
 /*
@@ -287,6 +378,18 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		return;
 	}
 
+	if (r->status == STATUS_UNKNOWN)
+	{
+		bool		took = false;
+
+		ans->outcome = decide_unknown(a, r, &took);
+		if (changed || took)
+			op_row_write(s->name, a->key, r);
+		/* after the write, which gave the transaction its id */
+		if (took)
+			verify_lease_taken(a, r);
+		return;
+	}
 	if (changed)
 		op_row_write(s->name, a->key, r);
 	switch (r->status)
@@ -299,12 +402,10 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			/* a remembered key: it finished, its result is gone; it must not run again */
 			ans->outcome = op_row_remembered(r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
 			break;
-		case STATUS_UNKNOWN:
-			ans->outcome = OUTCOME_UNKNOWN;
-			break;
 		case STATUS_IN_REVIEW:
 			ans->outcome = OUTCOME_IN_REVIEW;
 			break;
+		case STATUS_UNKNOWN:
 		case STATUS_RETRYABLE:
 		case NUM_STATUSES:
 			elog(ERROR, "unexpected status %d", (int) r->status);

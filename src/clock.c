@@ -10,9 +10,17 @@
  * sleeping; it is 0 in production.  It takes an interval ('2 hours',
  * '5min 1s'), like every other duration of idempo.
  *
- * Durations are fixed lengths: a day is 24 hours and a month 30 days,
- * whatever the session's time zone, so every session and the background
- * worker agree on when something expires.
+ * Durations (a scope's retention, lease, verify_settle and remember, and
+ * the clock offset) follow the calendar, as timestamptz + interval does with
+ * TimeZone = 'UTC': months are added to the UTC date (January 31 + 1 month
+ * is February 28), then days, then the time.  A year is 365 or 366 days, not
+ * 360.  UTC, not the session's TimeZone, so that a day is always 24 hours
+ * and every session and the background worker (whose TimeZone is the
+ * server's) find the same instant; the SQL that adds these intervals
+ * (alter_scope's rescheduling, check_consistency) writes it as
+ * (t AT TIME ZONE 'UTC' + iv) AT TIME ZONE 'UTC', which is the same.
+ * Where that statement would fail with "timestamp out of range" the sum is
+ * +-infinity instead: a decision must not error.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,12 +32,12 @@
 #include "utils/timestamp.h"
 
 char	   *idempo_clock_offset = NULL;	/* the setting's text */
-static int64 clock_offset_us = 0;	/* what it means */
+static Interval clock_offset;	/* what it means; zero: none */
 
 /* the same bound as the scope timings (100 years), and beyond any realistic test */
 #define MAX_CLOCK_OFFSET_US ((int64) 100 * 365 * USECS_PER_DAY)
 
-/* Adds a duration to a time, saturating at +-infinity. */
+/* Adds a fixed duration to a time, saturating at +-infinity. */
 TimestampTz
 idempo_time_add(TimestampTz t, int64 usecs)
 {
@@ -42,13 +50,68 @@ idempo_time_add(TimestampTz t, int64 usecs)
 	return result;
 }
 
+/*
+ * t + iv on the UTC calendar (see the file header): what
+ * timestamp_pl_interval() computes on the UTC value, step by step, but
+ * saturating at +-infinity (in the direction of the step that left the
+ * range) where it would raise an error.  An infinite interval (PostgreSQL
+ * 17) gives its infinity, an infinite time stays as it is.
+ */
+TimestampTz
+idempo_time_plus(TimestampTz t, const Interval *iv)
+{
+	if (TIMESTAMP_NOT_FINITE(t))
+		return t;
+	if (INTERVAL_IS_NOEND(iv))
+		return DT_NOEND;
+	if (INTERVAL_IS_NOBEGIN(iv))
+		return DT_NOBEGIN;
+
+	if (iv->month != 0 || iv->day != 0)
+	{
+		struct pg_tm tm;
+		fsec_t		fsec;
+		int64		julian;
+
+		if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+			return t;			/* cannot happen for a valid finite time */
+		if (iv->month != 0)
+		{
+			/* months since year 0, in 64 bits: no int overflow whatever the interval */
+			int64		months = (int64) tm.tm_year * MONTHS_PER_YEAR + (tm.tm_mon - 1) + iv->month;
+			int64		year = months >= 0 ? months / MONTHS_PER_YEAR :
+				-((-months - 1) / MONTHS_PER_YEAR) - 1;
+
+			if (year < JULIAN_MINYEAR || year > JULIAN_MAXYEAR)
+				return iv->month > 0 ? DT_NOEND : DT_NOBEGIN;
+			tm.tm_year = (int) year;
+			tm.tm_mon = (int) (months - year * MONTHS_PER_YEAR) + 1;
+			/* January 31 + 1 month: the last day of February */
+			if (tm.tm_mday > day_tab[isleap(tm.tm_year)][tm.tm_mon - 1])
+				tm.tm_mday = day_tab[isleap(tm.tm_year)][tm.tm_mon - 1];
+		}
+		if (iv->day != 0)
+		{
+			if (!IS_VALID_JULIAN(tm.tm_year, tm.tm_mon, tm.tm_mday))
+				return iv->month > 0 ? DT_NOEND : DT_NOBEGIN;
+			julian = (int64) date2j(tm.tm_year, tm.tm_mon, tm.tm_mday) + iv->day;
+			if (julian < 0 || julian > TIMESTAMP_END_JULIAN)
+				return iv->day > 0 ? DT_NOEND : DT_NOBEGIN;
+			j2date((int) julian, &tm.tm_year, &tm.tm_mon, &tm.tm_mday);
+		}
+		if (tm2timestamp(&tm, fsec, NULL, &t) != 0)
+			return (iv->day != 0 ? iv->day > 0 : iv->month > 0) ? DT_NOEND : DT_NOBEGIN;
+	}
+	return idempo_time_add(t, iv->time);
+}
+
 TimestampTz
 idempo_now(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (clock_offset_us != 0)
-		now = idempo_time_add(now, clock_offset_us);
+	if (clock_offset.month != 0 || clock_offset.day != 0 || clock_offset.time != 0)
+		now = idempo_time_plus(now, &clock_offset);
 	return now;
 }
 
@@ -93,6 +156,7 @@ idempo_clock_offset_check(char **newval, void **extra, GucSource source)
 							*newval);
 		return false;
 	}
+	/* the bound as the interval type orders intervals (a month as 30 days) */
 	usecs = idempo_interval_usecs(&iv);
 	if (usecs > MAX_CLOCK_OFFSET_US || usecs < -MAX_CLOCK_OFFSET_US)
 	{
@@ -100,22 +164,26 @@ idempo_clock_offset_check(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	/* GUC frees this itself: it must come from guc_malloc (src/compat.h before 16) */
-	*extra = guc_malloc(LOG, sizeof(int64));
+	*extra = guc_malloc(LOG, sizeof(Interval));
 	if (*extra == NULL)
 		return false;
-	*(int64 *) *extra = usecs;
+	*(Interval *) *extra = iv;
 	return true;
 }
 
 void
 idempo_clock_offset_assign(const char *newval, void *extra)
 {
-	clock_offset_us = *(int64 *) extra;
+	clock_offset = *(Interval *) extra;
 }
 
-/* An interval as microseconds (day = 24 h, month = 30 days), saturating. */
+/*
+ * An interval as microseconds (day = 24 h, month = 30 days), saturating:
+ * how the interval type orders intervals ('1 mon' = '30 days'), for bounds
+ * and signs only.  Never to add to a time: that is idempo_time_plus().
+ */
 int64
-idempo_interval_usecs(Interval *iv)
+idempo_interval_usecs(const Interval *iv)
 {
 	int64		days_us,
 				months_us,

@@ -86,6 +86,15 @@ guc_malloc(int elevel, size_t size)
 #endif							/* PG_VERSION_NUM < 160000 */
 
 /*
+ * PostgreSQL 17: infinite intervals ('infinity', '-infinity'), tested by
+ * these macros of datatype/timestamp.h; before, every interval is finite.
+ */
+#if PG_VERSION_NUM < 170000
+#define INTERVAL_IS_NOBEGIN(i)	((void) (i), false)
+#define INTERVAL_IS_NOEND(i)	((void) (i), false)
+#endif
+
+/*
  * PostgreSQL 18
  */
 #if PG_VERSION_NUM < 180000

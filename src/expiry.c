@@ -25,7 +25,7 @@
 TimestampTz
 op_review_at(const OpRow *r, const IdempoScope *s)
 {
-	return idempo_time_add(r->first_seen_at, s->retention_us);
+	return idempo_time_plus(r->first_seen_at, &s->retention);
 }
 
 /*
@@ -52,12 +52,12 @@ op_row_remembered(const OpRow *r)
 void
 op_row_shrink(OpRow *r, const IdempoScope *s)
 {
-	Assert(idempo_status_finished(r->status) && s->remember_us > 0);
+	Assert(idempo_status_finished(r->status) && s->remembers);
 	r->result = NULL;
 	r->params = NULL;
 	r->error = (Datum) 0;
 	r->run_id = (Datum) 0;
-	r->sweep_at = idempo_time_add(r->expires_at, s->remember_us);
+	r->sweep_at = idempo_time_plus(r->expires_at, &s->remember);
 }
 
 /*
@@ -83,9 +83,9 @@ op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now, TimestampTz *ne
 		*next_due = r->expires_at;
 		if (r->expires_at > now)
 			return EXPIRY_NONE;
-		if (s->remember_us <= 0)
+		if (!s->remembers)
 			return EXPIRY_ABSENT;
-		forget_at = idempo_time_add(r->expires_at, s->remember_us);
+		forget_at = idempo_time_plus(r->expires_at, &s->remember);
 		if (forget_at <= now)
 			return EXPIRY_ABSENT;
 		*next_due = forget_at;

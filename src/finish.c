@@ -184,7 +184,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	if (idempo_status_finished(f->to))
 	{
 		completed_at = now;
-		expires_at = idempo_time_add(now, f->scope->retention_us);
+		expires_at = idempo_time_plus(now, &f->scope->retention);
 	}
 
 	if (finish_directly(f, completed_at, expires_at))

@@ -14,6 +14,9 @@
  *	                        +--lease runs out--> in_progress, attempt+1 (on_lease_expiry = 'retry')
  *	 unknown/retryable --complete/fail of the current attempt (a late reply)--> succeeded/failed/retryable
  *	 unknown --verify(found)--> succeeded; --verify(not found, settle window passed)--> retryable
+ *	 unknown --claim--> unknown with a verification lease (lease_expires_at set: one
+ *	   caller at a time looks it up; other claims answer busy until it runs out, or
+ *	   verify, complete/fail, review end it; claim.c)
  *	 in_progress/retryable/unknown --first_seen_at + retention passed--> in_review
  *	 retryable with max_attempts used --claim--> in_review
  *	 (none), claim with intent_at older than retention --> in_review (stale)
@@ -28,7 +31,8 @@
  * Invariants kept by every writer (and checked by idempo.check_consistency):
  *	 - attempt grows by one with each acquisition and doubles as fencing token:
  *	   complete/fail/verify name an attempt, and a superseded one is refused;
- *	 - in_progress rows have lease_expires_at, finished rows completed_at and
+ *	 - in_progress rows have lease_expires_at, unknown rows may (the
+ *	   verification lease), no others; finished rows have completed_at and
  *	   expires_at; in_review rows have exactly one open review;
  *	 - sweep_at is never later than the first time the sweep has work on the
  *	   row (it may be earlier: the sweep then just moves it forward).
@@ -193,9 +197,10 @@ typedef struct IdempoScope
 {
 	char		name[IDEMPO_MAX_SCOPE_BYTES + 1];
 	bool		enabled;
-	int64		retention_us;
-	int64		lease_us;
-	int64		verify_settle_us;
+	/* the timings, added to times with idempo_time_plus() (the UTC calendar, clock.c) */
+	Interval	retention;
+	Interval	lease;
+	Interval	verify_settle;
 	bool		retry_on_lease_expiry;
 	int32		max_attempts;	/* 0: no limit */
 	bool		require_fingerprint;
@@ -203,7 +208,8 @@ typedef struct IdempoScope
 	bool		store_params;
 	bool		audit;
 	bool		replicated;		/* durability 'replicated': acquisitions commit only with a synchronous standby */
-	int64		remember_us;	/* 0: finished records are purged at expires_at */
+	Interval	remember;
+	bool		remembers;		/* remember > 0; else finished records are purged at expires_at */
 	ArrayType  *fingerprint_ignore_paths;	/* the column; NULL or empty: every field counts */
 	IdempoIgnore *fingerprint_ignore;	/* compiled from it when first needed */
 	bool		fingerprint_ignore_compiled;
@@ -239,7 +245,8 @@ extern bool idempo_clock_offset_check(char **newval, void **extra, GucSource sou
 extern void idempo_clock_offset_assign(const char *newval, void *extra);
 extern TimestampTz idempo_now(void);
 extern TimestampTz idempo_time_add(TimestampTz t, int64 usecs);
-extern int64 idempo_interval_usecs(Interval *iv);
+extern TimestampTz idempo_time_plus(TimestampTz t, const Interval *iv);
+extern int64 idempo_interval_usecs(const Interval *iv);
 
 /* ---- txn_attempts.c: the attempts this transaction acquired ---- */
 

@@ -51,7 +51,7 @@ set_finished(OpRow *r, const IdempoScope *s, IdempoStatus to, TimestampTz now)
 	r->status = to;
 	r->lease_expires_at = DT_NOBEGIN;
 	r->completed_at = now;
-	r->expires_at = idempo_time_add(now, s->retention_us);
+	r->expires_at = idempo_time_plus(now, &s->retention);
 	r->sweep_at = r->expires_at;
 }
 
@@ -125,6 +125,11 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 				 errhint("A person decides on operations in review: use idempo.resolve().") :
 				 errhint("verify() is for operations whose outcome is unknown.")));
 
+	/*
+	 * The lookup is done: verify ends the verification lease (claim.c)
+	 * whatever it found.  Still unknown, the next claim looks again.
+	 */
+	r.lease_expires_at = DT_NOBEGIN;
 	if (found)
 	{
 		set_finished(&r, s, STATUS_SUCCEEDED, now);
@@ -134,7 +139,7 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 	}
 	else
 	{
-		TimestampTz settled_at = idempo_time_add(r.last_attempt_at, s->verify_settle_us);
+		TimestampTz settled_at = idempo_time_plus(r.last_attempt_at, &s->verify_settle);
 
 		if (now >= settled_at)
 		{

@@ -76,10 +76,10 @@ scope_load(const char *name, IdempoScope *entry)
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 
-	entry->retention_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 1, &isnull)));
-	entry->lease_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 2, &isnull)));
+	entry->retention = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 1, &isnull));
+	entry->lease = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 2, &isnull));
 	entry->retry_on_lease_expiry = strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull)), "retry") == 0;
-	entry->verify_settle_us = idempo_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 4, &isnull)));
+	entry->verify_settle = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 4, &isnull));
 	d = SPI_getbinval(tuple, desc, 5, &isnull);
 	entry->max_attempts = isnull ? 0 : DatumGetInt32(d);
 	entry->require_fingerprint = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
@@ -98,7 +98,10 @@ scope_load(const char *name, IdempoScope *entry)
 		entry->replicated = strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 13, &isnull)),
 								   "replicated") == 0;
 		d = SPI_getbinval(tuple, desc, 14, &isnull);
-		entry->remember_us = isnull ? 0 : idempo_interval_usecs(DatumGetIntervalP(d));
+		if (!isnull)
+			entry->remember = *DatumGetIntervalP(d);
+		/* greater than '0' as the interval type compares (and the scope's CHECK) */
+		entry->remembers = idempo_interval_usecs(&entry->remember) > 0;
 		d = SPI_getbinval(tuple, desc, 15, &isnull);
 		if (!isnull)
 		{

@@ -517,7 +517,6 @@ CREATE FUNCTION idempo.alter_scope(
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s idempo.scopes;
-    r interval;
     old_remember interval;
     old_lock_timeout text;
     locked boolean := false;
@@ -621,25 +620,21 @@ BEGIN
         fingerprint_ignore = s.fingerprint_ignore
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
-    -- The retention as the C code counts it (a day is 24 hours, a month 30 days), added in UTC:
-    -- exact, and immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
-    r := make_interval(days => ((extract(year FROM s.retention) * 12 + extract(month FROM s.retention)) * 30
-                                + extract(day FROM s.retention))::integer)
-         + (s.retention - date_trunc('day', s.retention));
-    UPDATE idempo.operations AS o SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+    -- The retention added as the C code adds it (src/clock.c: on the calendar of UTC, whatever
+    -- the session's TimeZone), so that the sweep comes at the instant a claim decides with;
+    -- immutable, which a cluster distributed by key (Citus) needs in an UPDATE.
+    UPDATE idempo.operations AS o
+       SET sweep_at = ((o.first_seen_at AT TIME ZONE 'UTC') + s.retention) AT TIME ZONE 'UTC'
     WHERE o.scope = s.name
       AND o.status IN ('in_progress', 'retryable', 'unknown')
-      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC';
+      AND o.sweep_at > ((o.first_seen_at AT TIME ZONE 'UTC') + s.retention) AT TIME ZONE 'UTC';
     -- Keys remembered so far are remembered for the new period: a longer one must not let a key
     -- be forgotten (and its action run again) at the old horizon, a shorter one or 0 forgets
     -- them sooner.  A remembered key is a finished row with sweep_at = expires_at + remember;
     -- with 0 it becomes an expired record (sweep_at = expires_at), which claims treat as absent.
     IF s.remember IS DISTINCT FROM old_remember THEN
-        r := make_interval(days => ((extract(year FROM s.remember) * 12 + extract(month FROM s.remember)) * 30
-                                    + extract(day FROM s.remember))::integer)
-             + (s.remember - date_trunc('day', s.remember));
         UPDATE idempo.operations AS o
-           SET sweep_at = ((o.expires_at AT TIME ZONE 'UTC') + r) AT TIME ZONE 'UTC'
+           SET sweep_at = ((o.expires_at AT TIME ZONE 'UTC') + s.remember) AT TIME ZONE 'UTC'
          WHERE o.scope = s.name
            AND o.status IN ('succeeded', 'failed')
            AND o.sweep_at > o.expires_at;
@@ -862,7 +857,9 @@ CREATE FUNCTION idempo.check_consistency()
         SELECT o.scope, o.key, ARRAY[
             CASE WHEN s.name IS NULL THEN 'scope does not exist' END,
             CASE WHEN o.status = 'in_progress' AND o.lease_expires_at IS NULL THEN 'in_progress without a lease' END,
-            CASE WHEN o.status <> 'in_progress' AND o.lease_expires_at IS NOT NULL THEN 'lease on a record that is not in_progress' END,
+            -- an unknown record may carry a verification lease (src/claim.c)
+            CASE WHEN o.status NOT IN ('in_progress', 'unknown') AND o.lease_expires_at IS NOT NULL
+                 THEN 'lease on a record that is neither in_progress nor unknown' END,
             CASE WHEN o.status IN ('succeeded', 'failed') AND (o.completed_at IS NULL OR o.expires_at IS NULL)
                  THEN 'finished without completed_at/expires_at' END,
             CASE WHEN o.status NOT IN ('succeeded', 'failed') AND o.expires_at IS NOT NULL
@@ -873,8 +870,8 @@ CREATE FUNCTION idempo.check_consistency()
             CASE WHEN o.status IN ('succeeded', 'failed') AND o.sweep_at > o.expires_at
                       AND (o.result IS NOT NULL OR o.params IS NOT NULL OR o.error IS NOT NULL OR o.run_id IS NOT NULL)
                  THEN 'swept after expiry, still holding its result' END,
+            -- TimeZone is UTC here: + adds on the UTC calendar, as src/clock.c does
             CASE WHEN o.status IN ('in_progress', 'retryable', 'unknown') AND s.name IS NOT NULL
-                      AND extract(month FROM s.retention) = 0 AND extract(year FROM s.retention) = 0
                       AND o.sweep_at > o.first_seen_at + s.retention THEN 'swept after retention' END,
             CASE WHEN o.attempt < 0 OR o.attempt_base > o.attempt THEN 'bad attempt numbers' END,
             CASE WHEN o.status = 'in_review' AND coalesce(rv.open, 0) <> 1

@@ -7,7 +7,7 @@
 -- transaction: procedures commit, the TAP lines are collected and printed at the end, and the
 -- scopes' rows are deleted.
 SET client_min_messages = warning;
-SELECT plan(54 * 3 + 3 + 5);
+SELECT plan(60 * 3 + 3 + 5);
 
 SELECT lives_ok($$SELECT idempo.create_scope('dt', retention => '1 hour', lease => '1 minute', max_attempts => 3)$$,
                 'scope dt');
@@ -49,9 +49,14 @@ INSERT INTO decisions VALUES
     ('failed',              'dt',       0,    'same', 'replay',    'failed',      1),
     ('failed',              'dt',       0,    'diff', 'conflict',  'failed',      1),
     ('failed',              'dt',       0,    'none', 'replay',    'failed',      1),
-    ('unknown',             'dt',       120,  'same', 'unknown',   'unknown',     1),
+    -- the claim that made it unknown (at +90s) holds the verification lease for a minute:
+    -- busy until it runs out, then the next claim answers unknown (and takes it)
+    ('unknown',             'dt',       120,  'same', 'busy',      'unknown',     1),
     ('unknown',             'dt',       120,  'diff', 'conflict',  'unknown',     1),
-    ('unknown',             'dt',       120,  'none', 'unknown',   'unknown',     1),
+    ('unknown',             'dt',       120,  'none', 'busy',      'unknown',     1),
+    ('unknown',             'dt',       200,  'same', 'unknown',   'unknown',     1),
+    ('unknown',             'dt',       200,  'diff', 'conflict',  'unknown',     1),
+    ('unknown',             'dt',       200,  'none', 'unknown',   'unknown',     1),
     ('in_review',           'dt',       0,    'same', 'in_review', 'in_review',   0),
     ('in_review',           'dt',       0,    'diff', 'conflict',  'in_review',   0),
     ('in_review',           'dt',       0,    'none', 'in_review', 'in_review',   0),
@@ -76,9 +81,12 @@ INSERT INTO decisions VALUES
     ('failed-nofp',         'dt',       0,    'same', 'replay',    'failed',      1),
     ('failed-nofp',         'dt',       0,    'diff', 'replay',    'failed',      1),
     ('failed-nofp',         'dt',       0,    'none', 'replay',    'failed',      1),
-    ('unknown-nofp',        'dt',       120,  'same', 'unknown',   'unknown',     1),
-    ('unknown-nofp',        'dt',       120,  'diff', 'unknown',   'unknown',     1),
-    ('unknown-nofp',        'dt',       120,  'none', 'unknown',   'unknown',     1);
+    ('unknown-nofp',        'dt',       120,  'same', 'busy',      'unknown',     1),
+    ('unknown-nofp',        'dt',       120,  'diff', 'busy',      'unknown',     1),
+    ('unknown-nofp',        'dt',       120,  'none', 'busy',      'unknown',     1),
+    ('unknown-nofp',        'dt',       200,  'same', 'unknown',   'unknown',     1),
+    ('unknown-nofp',        'dt',       200,  'diff', 'unknown',   'unknown',     1),
+    ('unknown-nofp',        'dt',       200,  'none', 'unknown',   'unknown',     1);
 
 -- Brings key k of scope s into a state, with params {"v":1} (-nofp: without params).
 CREATE PROCEDURE pg_temp.make(state text, s text, k text) LANGUAGE plpgsql AS $$
