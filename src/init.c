@@ -21,6 +21,7 @@ _PG_init(void)
 {
 	idempo_define_gucs();
 	idempo_catalog_register_callbacks();
+	idempo_scope_cache_register_callbacks();
 	idempo_txn_register_callbacks();
 
 	if (!process_shared_preload_libraries_in_progress)
