@@ -118,6 +118,47 @@ SELECT outcome FROM idempo.claim('orders', 'outsider-in-open-scope');
 RESET ROLE;
 SELECT key, status FROM idempo.operations WHERE scope = 'orders.app_only';
 
+-- allowed_role keeps others out of the scope's records too: lookup() is refused to a role
+-- outside it, even with EXECUTE (the reviewer's grant set has it); members read as before, and
+-- the reviewer keeps its own view, the queues it has SELECT on.
+SET ROLE regress_idempo_app_member;
+SELECT idempo.complete('orders.app_only', 'm-1', 1, '{"card_last4":"4242"}');
+SELECT status, result FROM idempo.lookup('orders.app_only', 'm-1');
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION idempo.lookup(text, text) TO regress_idempo_outsider;
+SET ROLE regress_idempo_outsider;
+SELECT regress.err($$SELECT idempo.lookup('orders.app_only', 'm-1')$$) AS outsider_lookup;
+SELECT status FROM idempo.lookup('orders', 'outsider-in-open-scope');
+RESET ROLE;
+SET ROLE regress_idempo_reviewer;
+SELECT regress.err($$SELECT idempo.lookup('orders.app_only', 'm-1')$$) AS reviewer_lookup;
+SELECT idempo.request_review('orders.app_only', 'm-1', 'asked by support') > 0 AS reviewer_opens;
+SELECT scope, key, reason FROM idempo.review_queue WHERE scope = 'orders.app_only';
+SELECT idempo.resolve('orders.app_only', 'm-1', 'succeeded', 'rita', note => 'seen in the queue');
+RESET ROLE;
+
+-- allowed_role is a role name, looked up at each call: after the role is renamed away and
+-- another role takes its name (no scope change tells the backends), the scope follows the name
+-- (this backend has the scope cached from the claims above).
+ALTER ROLE regress_idempo_app RENAME TO regress_idempo_app_renamed;
+CREATE ROLE regress_idempo_app;
+GRANT regress_idempo_app TO regress_idempo_outsider;
+SET ROLE regress_idempo_app_member;
+SELECT regress.err($$SELECT idempo.claim('orders.app_only', 'm-3')$$) AS member_of_renamed_role;
+RESET ROLE;
+SET ROLE regress_idempo_outsider;
+SELECT outcome FROM idempo.claim('orders.app_only', 'm-4');
+RESET ROLE;
+DROP ROLE regress_idempo_app;
+SET ROLE regress_idempo_app_member;
+SELECT regress.err($$SELECT idempo.claim('orders.app_only', 'm-5')$$) AS role_gone;
+RESET ROLE;
+ALTER ROLE regress_idempo_app_renamed RENAME TO regress_idempo_app;
+SET ROLE regress_idempo_app_member;
+SELECT outcome FROM idempo.claim('orders.app_only', 'm-6');
+RESET ROLE;
+SELECT key, status FROM idempo.operations WHERE scope = 'orders.app_only' ORDER BY key;
+
 -- PUBLIC has nothing but fingerprint() and the views' helpers
 SELECT p.proname FROM pg_proc p
 WHERE p.pronamespace = 'idempo'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')

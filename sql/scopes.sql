@@ -67,3 +67,12 @@ SELECT enabled FROM idempo.enable_scope('cache.test');
 SELECT outcome FROM idempo.claim('cache.test', 'k2');
 ROLLBACK;
 SELECT regress.err($$SELECT idempo.claim('cache.test', 'k2')$$);
+
+-- retention and remember reschedule the scope's records under a lock that waits for the claims
+-- in flight, and the rescheduling must then see what they wrote: READ COMMITTED only.  The
+-- same value again is no change; other settings change at any isolation level.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT regress.err($$SELECT idempo.alter_scope('cache.test', remember => '1 day')$$);
+SELECT regress.err($$SELECT idempo.alter_scope('cache.test', retention => '2 days')$$);
+SELECT name, retention, lease FROM idempo.alter_scope('cache.test', retention => '24 hours', lease => '1 minute');
+COMMIT;

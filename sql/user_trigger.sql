@@ -29,3 +29,31 @@ SELECT op, key, status, attempt FROM public.operations_log ORDER BY key, op DESC
 DROP TRIGGER log_operation ON idempo.operations;
 DROP FUNCTION public.log_operation();
 DROP TABLE public.operations_log;
+
+-- A trigger that calls idempo itself, inside the claim that fired it: alter_scope() makes the
+-- scope cache stale, and the nested claim loads the scope again.  The outer claim still uses
+-- the scope it read (to remember its attempt, for the audit log): that copy must stay valid
+-- until the outer call ends (the cache used to free it under the outer claim, whose complete()
+-- then found no attempt of this transaction).
+SELECT name FROM idempo.create_scope('trg.nested', audit => true);
+SELECT name FROM idempo.create_scope('trg.inner');
+CREATE FUNCTION public.nested_idempo() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.key = 'outer' AND TG_OP = 'INSERT' THEN
+        PERFORM idempo.alter_scope('trg.nested', description => 'changed inside a claim');
+        PERFORM idempo.claim('trg.inner', 'inner');
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER nested_idempo AFTER INSERT ON idempo.operations
+    FOR EACH ROW EXECUTE FUNCTION public.nested_idempo();
+BEGIN;
+SELECT outcome, attempt FROM idempo.claim('trg.nested', 'outer');
+SELECT idempo.complete('trg.nested', 'outer', result => '{"ok":true}');
+SELECT idempo.complete('trg.inner', 'inner');
+COMMIT;
+SELECT scope, key, status FROM idempo.operations WHERE scope LIKE 'trg.%' ORDER BY scope, key;
+SELECT scope, key, action, to_status FROM idempo.events WHERE scope LIKE 'trg.%' ORDER BY id;
+SELECT description FROM idempo.scopes WHERE name = 'trg.nested';
+DROP TRIGGER nested_idempo ON idempo.operations;
+DROP FUNCTION public.nested_idempo();

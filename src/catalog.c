@@ -8,9 +8,11 @@
  * the OIDs (schema, tables, enum labels, owner) and drop the cache when an
  * invalidation names one of our tables (DROP/CREATE EXTENSION, ALTER TABLE
  * ... OWNER, and the statement trigger on idempo.scopes) or when the
- * invalidation queue overflowed.  The callback only sets flags: memory is
- * released lazily on the next call, never while a caller may still hold a
- * pointer into it.
+ * invalidation queue overflowed.  The callback only sets a flag.
+ *
+ * This file is the bottom of idempo's own lookups: it calls nothing of
+ * replication.c, plans.c or scope_cache.c, which all build on it (the scope
+ * cache watches idempo.scopes with a callback of its own).
  *
  *-------------------------------------------------------------------------
  */
@@ -73,10 +75,7 @@ idempo_relcache_callback(Datum arg, Oid relid)
 		return;
 	if (relid == InvalidOid || relid == catalog.scopes_relid ||
 		relid == catalog.operations_relid)
-	{
 		catalog_valid = false;
-		idempo_scope_cache_reset();
-	}
 }
 
 void

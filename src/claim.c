@@ -625,18 +625,6 @@ claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 	return false;
 }
 
-/*
- * wait => false must not queue behind a lock on the whole table either
- * (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK TABLE): that is not
- * 'busy' (nobody holds the key), so it is refused at once, as NOWAIT does.
- */
-static void
-lock_table_without_waiting(const ClaimArgs *a)
-{
-	if (!ConditionalLockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock))
-		refuse_table_locked(a);
-}
-
 static Datum
 build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 {
@@ -737,6 +725,9 @@ idempo_claim(PG_FUNCTION_ARGS)
 	IdempoSpiSession session;
 	ClaimArgs	a;
 	ClaimAnswer ans;
+	bool		table_locked = false;
+	Jsonb	   *conflict_stored = NULL;
+	Jsonb	   *conflict_incoming = NULL;
 	Datum		result;
 
 	memset(&a, 0, sizeof(a));
@@ -752,6 +743,32 @@ idempo_claim(PG_FUNCTION_ARGS)
 
 	idempo_spi_begin(&session);
 	a.user = session.save_userid;
+	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
+
+	/*
+	 * The lock on idempo.operations that the claim's write takes anyway,
+	 * taken before the scope is read and held to the end of the transaction
+	 * (see idempo_scope_get_for_write()): alter_scope() changes what decides
+	 * how a record is stored or scheduled (hash_keys, fingerprint_ignore,
+	 * retention, remember) only under a lock that conflicts with it.  So the
+	 * change either committed before this lock was granted, and the scope
+	 * read below shows it, or it waits for this transaction and then sees
+	 * (and checks, or reschedules) the record this claim writes.  A claim
+	 * that read the scope before such a change therefore never writes after
+	 * it, and needs no second look at the scope.  A read-only claim writes
+	 * nothing and takes no lock.  wait => false must not queue behind a lock
+	 * on the whole table either (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK
+	 * TABLE, alter_scope): that is not 'busy' (nobody holds the key), so it is
+	 * refused, as NOWAIT does, once the arguments are checked.
+	 */
+	if (!a.read_only)
+	{
+		if (PG_ARGISNULL(6) || PG_GETARG_BOOL(6))
+			LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
+		else
+			table_locked = !ConditionalLockRelationOid(idempo_catalog()->operations_relid,
+													   RowExclusiveLock);
+	}
 	a.scope = idempo_scope_get(scope_name);
 	/* the key outlives the SPI session: conflicts.c records it after idempo_spi_end() */
 	a.key = MemoryContextStrdup(callcxt, idempo_key_arg(fcinfo, 1, a.scope));
@@ -805,7 +822,6 @@ idempo_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass params => the request's business parameters as jsonb.")));
 
 	a.now = idempo_now();
-	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
 	if (reclaim_own(&ans, &a))
 		;
 	else if (a.read_only)
@@ -814,7 +830,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 		claim_locked(&ans, &a);
 	else
 	{
-		lock_table_without_waiting(&a);
+		if (table_locked)
+			refuse_table_locked(&a);
 		if (!claim_without_waiting(&ans, &a))
 		{
 			/* another transaction is working on the key right now */
@@ -825,14 +842,6 @@ idempo_claim(PG_FUNCTION_ARGS)
 		}
 	}
 
-	/* a record written now (acquired; stale: a new one in review) is stored as the scope says now */
-	if ((ans.outcome == OUTCOME_ACQUIRED || ans.outcome == OUTCOME_STALE) && !idempo_scope_unchanged(a.scope))
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("scope \"%s\" was changed while key \"%s\" was being claimed", a.scope->name, a.key),
-				 errdetail("A concurrent alter_scope() changed hash_keys or fingerprint_ignore, which decide how the key and its fingerprint are stored."),
-				 errhint("Retry the transaction: the claim then follows the scope's new settings.")));
-
 	/* the audit log is a table: a read-only transaction answers without it */
 	if (a.scope->audit && !a.read_only)
 		idempo_log_event(a.scope, a.key, a.run_id ? TextDatumGetCString(a.run_id) : NULL,
@@ -840,30 +849,40 @@ idempo_claim(PG_FUNCTION_ARGS)
 						 ans.has_row ? (int) ans.row.status : -1, ans.outcome, "claim",
 						 a.now ? a.now : idempo_now(), a.user);
 
-	/* the answer outlives SPI: build it in the caller's memory */
+	/*
+	 * The answer outlives SPI: build it in the caller's memory.  So does what
+	 * the conflict recorder needs, taken from the scope now: the scope is
+	 * valid only until idempo_spi_end().
+	 */
 	{
 		MemoryContext spicxt = MemoryContextSwitchTo(callcxt);
 
 		op_row_copy_out(&ans.row);
 		if (ans.stored_params)
 			ans.stored_params = (Jsonb *) PG_DETOAST_DATUM_COPY(PointerGetDatum(ans.stored_params));
+		if (ans.record_conflict)
+		{
+			/* the fields the fingerprint ignores are no part of what differs: left out of both */
+			conflict_stored = a.scope->store_params && ans.stored_params ?
+				idempo_ignore_apply(ans.stored_params, idempo_scope_ignore(a.scope)) : NULL;
+			conflict_incoming = a.scope->store_params && a.params ?
+				idempo_ignore_apply(a.params, idempo_scope_ignore(a.scope)) : NULL;
+		}
 		MemoryContextSwitchTo(spicxt);
 	}
 	idempo_spi_end(&session);
+	a.scope = NULL;
 
 	if (ans.record_conflict)
 	{
 		IdempoConflict c;
 
-		c.scope = a.scope->name;
+		c.scope = scope_name;
 		c.key = a.key;
 		c.stored_fingerprint = ans.stored_fingerprint;
 		c.incoming_fingerprint = a.fingerprint;
-		/* the fields the fingerprint ignores are no part of what differs: left out of both */
-		c.stored_params = a.scope->store_params && ans.stored_params ?
-			idempo_ignore_apply(ans.stored_params, idempo_scope_ignore(a.scope)) : NULL;
-		c.incoming_params = a.scope->store_params && a.params ?
-			idempo_ignore_apply(a.params, idempo_scope_ignore(a.scope)) : NULL;
+		c.stored_params = conflict_stored;
+		c.incoming_params = conflict_incoming;
 		c.run_id = a.run_id ? TextDatumGetCString(a.run_id) : NULL;
 		c.detected_at = a.now;
 		ans.conflict_id = idempo_record_conflict(&c);

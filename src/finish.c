@@ -171,7 +171,7 @@ finish(FunctionCallInfo fcinfo, FinishArgs *f, int attempt_argno, const char *ve
 	char	   *run_id = NULL;
 
 	idempo_spi_begin(&session);
-	f->scope = idempo_scope_get(scope_name);
+	f->scope = idempo_scope_get_for_write(scope_name);
 	f->key = idempo_key_arg(fcinfo, 1, f->scope);
 	idempo_scope_check_use(f->scope, f->key, session.save_userid);
 	if (f->retryable_null)

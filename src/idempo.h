@@ -191,7 +191,7 @@ extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, 
 extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
 extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
 
-/* ---- scope_cache.c: the scopes, cached per backend ---- */
+/* ---- scope_cache.c: the scopes, cached per backend (valid until the caller's SPI session ends) ---- */
 
 typedef struct IdempoScope
 {
@@ -213,17 +213,18 @@ typedef struct IdempoScope
 	ArrayType  *fingerprint_ignore_paths;	/* the column; NULL or empty: every field counts */
 	IdempoIgnore *fingerprint_ignore;	/* compiled from it when first needed */
 	bool		fingerprint_ignore_compiled;
-	Oid			allowed_role;	/* InvalidOid: anyone with EXECUTE */
-	char	   *allowed_role_name;
+	char	   *allowed_role_name;	/* NULL: anyone with EXECUTE; looked up at each use */
 	char	   *owner;			/* may be NULL */
+	MemoryContext cxt;			/* where the strings, lists and compiled list live */
 } IdempoScope;
 
 extern const IdempoScope *idempo_scope_get(const char *name);
+extern const IdempoScope *idempo_scope_get_for_write(const char *name);
 extern const IdempoScope *idempo_scope_find(const char *name);
-extern void idempo_scope_cache_reset(void);
+extern void idempo_scope_cache_register_callbacks(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
+extern void idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user);
 extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
-extern bool idempo_scope_unchanged(const IdempoScope *scope);
 
 /* ---- keys.c: argument checks and the stored form of keys ---- */
 

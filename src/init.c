@@ -21,6 +21,7 @@ _PG_init(void)
 {
 	idempo_define_gucs();
 	idempo_catalog_register_callbacks();
+	idempo_scope_cache_register_callbacks();
 	idempo_txn_register_callbacks();
 	/* the drop guard's backstop: also when loaded on demand (drop_guard.c) */
 	idempo_install_drop_hook();

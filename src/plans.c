@@ -22,6 +22,9 @@
  * functions, not rights on the tables, and the state machine cannot be
  * bypassed with a plain UPDATE.
  *
+ * Dependencies: this file uses catalog.c (the owner) and replication.c (the
+ * write check); scope_cache.c builds on it, and neither of those calls it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"

@@ -27,10 +27,16 @@
  * afresh, since the apply worker's changes fire no statement trigger that
  * would drop the cached copies.
  *
+ * alter_scope() changing retention or remember, which reschedules the
+ * scope's records, refuses too (through idempo.refuse_on_subscriber()).
+ *
  * Whether this holds is cached per backend and looked up again when
  * pg_subscription_rel changes (a syscache invalidation) or one of idempo's
  * tables does (DROP/CREATE EXTENSION).  The write check on every statement
  * is then one test of a cached flag.
+ *
+ * Dependencies: this file uses catalog.c only; plans.c and scope_cache.c
+ * build on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -165,8 +171,9 @@ idempo_scopes_subscription(void)
 
 /*
  * Refuses a write to the record of (scope, key) if the records are the
- * publisher's.  key may be NULL (a batch of the sweep); why, if given, says
- * why a claim must write.
+ * publisher's.  key may be NULL: scope NULL too, a batch of the sweep;
+ * scope given, alter_scope() rescheduling the scope's records (a change of
+ * retention or remember).  why, if given, says why a claim must write.
  */
 void
 idempo_refuse_on_subscriber(const char *scope, const char *key, const char *why)
@@ -175,6 +182,13 @@ idempo_refuse_on_subscriber(const char *scope, const char *key, const char *why)
 
 	if (likely(sub == NULL))
 		return;
+	if (key == NULL && scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot reschedule the records of scope \"%s\": database \"%s\" receives idempo's records from subscription \"%s\"",
+						scope, get_database_name(MyDatabaseId), sub),
+				 errdetail("A change of retention or remember rewrites when the scope's records are swept, and only the publisher writes idempo's records; a row written here would collide with the rows it sends, and their replication would stop."),
+				 errhint("Change retention and remember on the publisher: its alter_scope() reschedules the records, and they arrive here by replication. Publish idempo.scopes too to keep this database's scopes the same as the publisher's.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 			 key ?
@@ -224,12 +238,12 @@ idempo_refuse_scope_change_on_subscriber(void)
 
 /*
  * idempo.refuse_on_subscriber(scope text, key text) RETURNS void: the write
- * check for SQL functions (resolve_conflict).
+ * check for SQL functions (resolve_conflict; alter_scope with key NULL).
  */
 Datum
 idempo_refuse_on_subscriber_sql(PG_FUNCTION_ARGS)
 {
-	idempo_refuse_on_subscriber(PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0)),
+	idempo_refuse_on_subscriber(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
 								PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)), NULL);
 	PG_RETURN_VOID();
 }

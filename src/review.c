@@ -85,7 +85,7 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 	TimestampTz now;
 
 	idempo_spi_begin(&session);
-	s = idempo_scope_get(scope_name);
+	s = idempo_scope_get_for_write(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
 	idempo_scope_check_use(s, key, session.save_userid);
 	if (attempt_argno >= 0 && PG_ARGISNULL(attempt_argno))
@@ -226,7 +226,7 @@ idempo_resolve(PG_FUNCTION_ARGS)
 	reviewer = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 
 	idempo_spi_begin(&session);
-	s = idempo_scope_get(scope_name);
+	s = idempo_scope_get_for_write(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
 	if (resolution == NULL ||
 		(strcmp(resolution, "succeeded") != 0 && strcmp(resolution, "not_executed") != 0 &&
@@ -307,7 +307,7 @@ idempo_request_review(PG_FUNCTION_ARGS)
 	int64		review_id;
 
 	idempo_spi_begin(&session);
-	s = idempo_scope_get(scope_name);
+	s = idempo_scope_get_for_write(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
 	now = idempo_now();
 	read_locked(s, key, &r, "review");

@@ -7,12 +7,38 @@
  * would add a statement to every call, so each backend keeps the scopes it
  * used in a hash table.  A statement trigger on idempo.scopes sends a
  * relcache invalidation for the table on commit (and locally at once), and
- * catalog.c's callback then marks this cache stale; it is emptied at the
- * next lookup.  This is the same mechanism PostgreSQL uses to keep its own
- * relcache coherent, so a committed alter_scope() is seen by the next claim
- * in every session.  Like the catalogs, a scope is read with the latest
- * snapshot, not the transaction's: a REPEATABLE READ transaction sees a
- * change committed after it began as soon as its cache learns of it.
+ * this file's relcache callback then marks the cache stale; a new one is
+ * built at the next lookup.  This is the mechanism PostgreSQL uses to keep
+ * its own relcache coherent, with one difference: PostgreSQL reads the
+ * invalidations other sessions sent only when it takes a lock it does not
+ * hold yet, and a transaction that already claimed holds every lock a claim
+ * takes.  So every lookup first reads them itself
+ * (AcceptInvalidationMessages(): a test of one flag when there are none),
+ * and a change committed by another session is seen by the next call in
+ * every session, inside an open transaction too.  Like the catalogs, a
+ * scope is read with the latest snapshot, not the transaction's: a
+ * REPEATABLE READ transaction sees a change committed after it began.
+ *
+ * allowed_role is kept as the name the scope row holds and looked up at
+ * each use (a syscache probe): a role renamed, or dropped and created
+ * again, changes no scope row and sends no invalidation that would reach
+ * this cache, so a role OID kept here could name another role by now.
+ *
+ * Lifetime.  A scope returned by idempo_scope_find() stays valid until the
+ * caller's idempo SPI session ends, whatever happens meanwhile: a user
+ * trigger on idempo.operations may call alter_scope() and claim() inside
+ * the claim that fired it, and the nested claim then finds the cache stale.
+ * So a stale cache is never freed in place: its memory context is moved
+ * under TopTransactionContext and freed with the transaction (committed or
+ * aborted: error-safe with no callback), and a new one is built; retiring
+ * happens only on a real invalidation, a handful per transaction at most.
+ * Where idempo.scopes comes from a publisher, the apply worker's changes
+ * fire no statement trigger, so each lookup reads the scope afresh into the
+ * caller's memory (the SPI session's) instead of the cache.
+ *
+ * Dependencies, in one direction: catalog.c (the OIDs) <- replication.c
+ * (subscriptions) <- plans.c (statements, the write check) <- this file.
+ * None of them calls back into a later one.
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +47,7 @@
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -31,36 +58,55 @@ PG_FUNCTION_INFO_V1(idempo_scopes_changed);
 
 static HTAB *scope_cache = NULL;
 static MemoryContext scope_cache_cxt = NULL;
+static Oid	scope_cache_relid = InvalidOid;	/* idempo.scopes when the cache was built */
 static bool scope_cache_stale = false;
 
-/* Called from the invalidation callback: only flag, free later. */
-void
-idempo_scope_cache_reset(void)
+/* Relcache invalidation: idempo.scopes changed (or was dropped), or everything did. */
+static void
+scope_cache_relcache_callback(Datum arg, Oid relid)
 {
-	scope_cache_stale = true;
+	if (relid == InvalidOid || relid == scope_cache_relid)
+		scope_cache_stale = true;
 }
 
+void
+idempo_scope_cache_register_callbacks(void)
+{
+	CacheRegisterRelcacheCallback(scope_cache_relcache_callback, (Datum) 0);
+}
+
+/*
+ * A new, empty cache for the scopes table scopes_relid.  The old one may
+ * still be in use by a caller further up the stack (see the file header):
+ * it is retired to the transaction's memory, not freed.
+ */
 static void
-scope_cache_init(void)
+scope_cache_renew(Oid scopes_relid)
 {
 	HASHCTL		ctl;
 
-	if (scope_cache_cxt == NULL)
-		scope_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "idempo scope cache",
-												ALLOCSET_SMALL_SIZES);
-	else
-		MemoryContextReset(scope_cache_cxt);
+	Assert(IsTransactionState());
+	if (scope_cache_cxt != NULL)
+		MemoryContextSetParent(scope_cache_cxt, TopTransactionContext);
+	scope_cache_cxt = NULL;
+	scope_cache = NULL;
 
+	scope_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "idempo scope cache",
+											ALLOCSET_SMALL_SIZES);
 	ctl.keysize = IDEMPO_MAX_SCOPE_BYTES + 1;
 	ctl.entrysize = sizeof(IdempoScope);
 	ctl.hcxt = scope_cache_cxt;
 	scope_cache = hash_create("idempo scopes", 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	scope_cache_relid = scopes_relid;
 	scope_cache_stale = false;
 }
 
-/* Reads one scope from idempo.scopes into *entry; false if there is none. */
+/*
+ * Reads one scope from idempo.scopes into *entry, its strings and lists
+ * allocated in cxt; false if there is none.
+ */
 static bool
-scope_load(const char *name, IdempoScope *entry)
+scope_load(const char *name, IdempoScope *entry, MemoryContext cxt)
 {
 	Datum		arg = CStringGetTextDatum(name);
 	HeapTuple	tuple;
@@ -76,6 +122,8 @@ scope_load(const char *name, IdempoScope *entry)
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 
+	strlcpy(entry->name, name, sizeof(entry->name));
+	entry->cxt = cxt;
 	entry->retention = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 1, &isnull));
 	entry->lease = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 2, &isnull));
 	entry->retry_on_lease_expiry = strcmp(TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull)), "retry") == 0;
@@ -87,10 +135,9 @@ scope_load(const char *name, IdempoScope *entry)
 	entry->store_params = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
 	entry->audit = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
 	role = SPI_getvalue(tuple, desc, 10);
-	entry->allowed_role_name = role ? MemoryContextStrdup(scope_cache_cxt, role) : NULL;
-	entry->allowed_role = role ? get_role_oid(role, true) : InvalidOid;
+	entry->allowed_role_name = role ? MemoryContextStrdup(cxt, role) : NULL;
 	d = SPI_getbinval(tuple, desc, 11, &isnull);
-	entry->owner = isnull ? NULL : MemoryContextStrdup(scope_cache_cxt, TextDatumGetCString(d));
+	entry->owner = isnull ? NULL : MemoryContextStrdup(cxt, TextDatumGetCString(d));
 	entry->enabled = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
 	/* 0.3.0's columns (PLAN_SCOPE_GET); with older objects *entry keeps its zeroed defaults */
 	if (desc->natts >= 15)
@@ -105,7 +152,7 @@ scope_load(const char *name, IdempoScope *entry)
 		d = SPI_getbinval(tuple, desc, 15, &isnull);
 		if (!isnull)
 		{
-			MemoryContext old = MemoryContextSwitchTo(scope_cache_cxt);
+			MemoryContext old = MemoryContextSwitchTo(cxt);
 
 			entry->fingerprint_ignore_paths = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
@@ -115,44 +162,45 @@ scope_load(const char *name, IdempoScope *entry)
 }
 
 /*
- * Whether two fingerprint_ignore columns, as loaded (flat copies), are the
- * same list.  Byte for byte: a list that alter_scope() reordered (which it
- * allows, the rule being the same) compares unequal, and a claim racing
- * that change gets a needless 40001 - rare, and retrying is the answer.
- */
-static bool
-ignore_paths_equal(const ArrayType *a, const ArrayType *b)
-{
-	if (a == NULL || b == NULL)
-		return a == b;
-	return VARSIZE(a) == VARSIZE(b) && memcmp(a, b, VARSIZE(a)) == 0;
-}
-
-/*
  * The policy of a scope, from the cache or idempo.scopes; NULL if there is
  * no such scope.  Call inside an idempo SPI session.  The result stays valid
- * until the next call.
+ * until that session ends, even if a nested idempo call renews the cache
+ * (see the file header).
  */
 const IdempoScope *
 idempo_scope_find(const char *name)
 {
+	const IdempoCatalog *cat;
 	IdempoScope *entry;
 	IdempoScope loaded;
 	bool		found;
 
-	(void) idempo_catalog();	/* the cache is only valid with the catalog */
+	/* what other sessions committed (alter_scope, disable_scope), also with every lock held */
+	AcceptInvalidationMessages();
+	cat = idempo_catalog();
+
 	/* scopes replicated from a publisher change without a trigger telling us: read them afresh */
-	if (scope_cache == NULL || scope_cache_stale || unlikely(idempo_scopes_subscription() != NULL))
-		scope_cache_init();
+	if (unlikely(idempo_scopes_subscription() != NULL))
+	{
+		entry = palloc0(sizeof(IdempoScope));
+		if (!scope_load(name, entry, CurrentMemoryContext))
+		{
+			pfree(entry);
+			return NULL;
+		}
+		return entry;
+	}
+
+	if (scope_cache == NULL || scope_cache_stale || scope_cache_relid != cat->scopes_relid)
+		scope_cache_renew(cat->scopes_relid);
 
 	entry = hash_search(scope_cache, name, HASH_FIND, NULL);
 	if (likely(entry != NULL))
 		return entry;
 
 	memset(&loaded, 0, sizeof(loaded));
-	if (!scope_load(name, &loaded))
+	if (!scope_load(name, &loaded, scope_cache_cxt))
 		return NULL;
-	strlcpy(loaded.name, name, sizeof(loaded.name));
 	entry = hash_search(scope_cache, name, HASH_ENTER, &found);
 	*entry = loaded;
 	return entry;
@@ -175,37 +223,10 @@ idempo_scope_ignore(const IdempoScope *scope)
 		/* an error must leave nothing half-built in the cache: check in the caller's memory first */
 		(void) idempo_ignore_compile(entry->fingerprint_ignore_paths, CurrentMemoryContext, entry->name);
 		entry->fingerprint_ignore = idempo_ignore_compile(entry->fingerprint_ignore_paths,
-														  scope_cache_cxt, entry->name);
+														  entry->cxt, entry->name);
 		entry->fingerprint_ignore_compiled = true;
 	}
 	return entry->fingerprint_ignore;
-}
-
-/*
- * Whether the settings that decide how a new record is stored (hash_keys: the
- * key; fingerprint_ignore: the fingerprint) are still those of the scope as
- * now committed.  alter_scope() changes them only while the scope has no
- * operations, holding a lock on idempo.operations that waits for claims in
- * flight and that claims wait for; a claim that read the scope before such a
- * change committed and took its lock on idempo.operations after it has
- * accepted the change's invalidation with that lock (PostgreSQL reads
- * invalidations whenever it acquires a relation lock), so a cache still
- * fresh needs no second look, and a stale one is compared with the row as
- * committed now (scope_load() reads the latest snapshot).  Call inside an
- * idempo SPI session, after the record was written.
- */
-bool
-idempo_scope_unchanged(const IdempoScope *scope)
-{
-	IdempoScope fresh;
-
-	if (!scope_cache_stale)
-		return true;
-	memset(&fresh, 0, sizeof(fresh));
-	if (!scope_load(scope->name, &fresh))
-		return false;
-	return fresh.hash_keys == scope->hash_keys &&
-		ignore_paths_equal(fresh.fingerprint_ignore_paths, scope->fingerprint_ignore_paths);
 }
 
 /* Like idempo_scope_find(), but an unknown scope is an error. */
@@ -224,6 +245,51 @@ idempo_scope_get(const char *name)
 }
 
 /*
+ * idempo_scope_get() for a call that writes the scope's records from what
+ * the scope says (complete, fail, verify, resolve; the claim and the sweep
+ * take the same lock themselves).  The lock on idempo.operations that the
+ * write takes anyway is taken first, before the scope is read, and held to
+ * the end of the transaction.  alter_scope() changes the settings that
+ * decide how records are stored and scheduled (hash_keys,
+ * fingerprint_ignore, retention, remember) only under a lock that conflicts
+ * with it, so it either committed before this lock was granted, and the
+ * lookup sees the change (its invalidation was sent before its locks were
+ * released, and the lookup reads invalidations first), or it waits for this
+ * transaction and then sees the records it wrote.
+ */
+const IdempoScope *
+idempo_scope_get_for_write(const char *name)
+{
+	LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
+	return idempo_scope_get(name);
+}
+
+/* Refuses a role outside the scope's allowed_role, looked up by name now (see the file header). */
+static void
+check_role(const IdempoScope *scope, const char *key, Oid user)
+{
+	Oid			role;
+
+	if (scope->allowed_role_name == NULL)
+		return;
+	role = get_role_oid(scope->allowed_role_name, true);
+	if (!OidIsValid(role))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("allowed_role \"%s\" of scope \"%s\" does not exist",
+						scope->allowed_role_name, scope->name),
+				 errhint("Recreate the role or change the scope with idempo.alter_scope('%s', allowed_role => ...).",
+						 scope->name)));
+	if (!is_member_of_role(user, role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" may not use scope \"%s\" (key \"%s\")",
+						GetUserNameFromId(user, false), scope->name, key),
+				 errhint("Only members of role \"%s\" may claim, complete, fail, verify or look up keys in this scope.",
+						 scope->allowed_role_name)));
+}
+
+/*
  * Refuses use of a disabled scope, or by a role outside allowed_role.
  * user is the caller's identity (not the owner we run SPI as).
  */
@@ -237,24 +303,18 @@ idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
 						scope->name, key, scope->owner ? scope->owner : "not recorded"),
 				 errhint("An old copy of a flow may still be running. Ask the scope's owner before enabling it again with idempo.enable_scope('%s').",
 						 scope->name)));
+	check_role(scope, key, user);
+}
 
-	if (scope->allowed_role_name != NULL)
-	{
-		if (!OidIsValid(scope->allowed_role))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("allowed_role \"%s\" of scope \"%s\" does not exist",
-							scope->allowed_role_name, scope->name),
-					 errhint("Recreate the role or change the scope with idempo.alter_scope('%s', allowed_role => ...).",
-							 scope->name)));
-		if (!is_member_of_role(user, scope->allowed_role))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("role \"%s\" may not use scope \"%s\" (key \"%s\")",
-							GetUserNameFromId(user, false), scope->name, key),
-					 errhint("Only members of role \"%s\" may claim, complete, fail or verify in this scope.",
-							 scope->allowed_role_name)));
-	}
+/*
+ * Refuses a read of the scope's records (lookup) by a role outside
+ * allowed_role: one application must not read another's stored results
+ * either.  A disabled scope can still be read.
+ */
+void
+idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user)
+{
+	check_role(scope, key, user);
 }
 
 /*

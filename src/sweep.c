@@ -33,6 +33,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "op_row.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
@@ -335,6 +336,17 @@ idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *tot
 {
 	List	   *tallies = NIL;
 	ListCell   *lc;
+
+	/*
+	 * The lock the batch's writes take anyway, taken before it reads a due
+	 * row or a scope: the due rows are read FOR UPDATE, whose lock does not
+	 * conflict with the one alter_scope() takes to change retention or
+	 * remember, so without it a change could commit between the batch's
+	 * reading of the scope and its writes, and its rescheduling miss the rows
+	 * the batch then writes with the old value (see
+	 * idempo_scope_get_for_write()).
+	 */
+	LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
 
 	if (!idempo_citus_distributed())
 		total->rows_seen += sweep_one(NULL, batch, now, actor, &tallies);

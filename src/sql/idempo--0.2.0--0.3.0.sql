@@ -410,6 +410,8 @@ DECLARE
     locked boolean := false;
     changes_hash boolean;
     changes_ignore boolean;
+    changes_timing boolean;
+    what text;
 BEGIN
     IF alter_scope.name IS NULL THEN
         RAISE EXCEPTION 'scope name must not be NULL' USING ERRCODE = '22004',
@@ -424,16 +426,34 @@ BEGIN
     -- while the scope has no operations.  Pass 1 refuses at once where operations are there
     -- already.  Claims in flight have not committed theirs yet: before pass 2, a lock that
     -- conflicts with their ROW EXCLUSIVE waits for them (and a claim that comes after waits for
-    -- this transaction and then sees the change, see idempo_scope_unchanged() in
-    -- scope_cache.c), so that pass 2, with a new snapshot, sees every operation.  SHARE ROW
-    -- EXCLUSIVE conflicts with itself: two such changes take turns.  New claims queue behind a
-    -- waiting lock, so it is tried for 200 ms at a time, letting them through in between.
+    -- this transaction and then sees the change: every writer of records takes that lock before
+    -- it reads the scope, see idempo_scope_get_for_write() in scope_cache.c), so that pass 2,
+    -- with a new snapshot, sees every operation.  retention and remember decide when records
+    -- are swept, and a change reschedules them (below): the same lock makes the rescheduling see
+    -- every record written with the old value (a claim or sweep that shrank a key, made a lease
+    -- unknown) instead of skipping it while it is being written.  (lease, verify_settle,
+    -- on_lease_expiry and the rest are used when a call decides, and are not stored in a
+    -- record's schedule: a call that read the old value happened before the change.)  SHARE
+    -- ROW EXCLUSIVE conflicts with itself: two such changes take turns.  New claims queue
+    -- behind a waiting lock, so it is tried for 200 ms at a time, letting them through in
+    -- between.
     changes_hash := alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys;
     changes_ignore := alter_scope.fingerprint_ignore IS NOT NULL
         AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
             IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1);
+    -- as written, not as interval equality ('1 month' = '30 days'): any other way to count it
+    changes_timing := (alter_scope.retention IS NOT NULL AND alter_scope.retention::text <> s.retention::text)
+        OR (alter_scope.remember IS NOT NULL AND alter_scope.remember::text <> s.remember::text);
+    what := array_to_string(ARRAY[CASE WHEN changes_hash THEN 'hash_keys' END,
+                                  CASE WHEN changes_ignore THEN 'fingerprint_ignore' END,
+                                  CASE WHEN alter_scope.retention::text <> s.retention::text THEN 'retention' END,
+                                  CASE WHEN alter_scope.remember::text <> s.remember::text THEN 'remember' END], ', ');
+    -- where idempo's records come from a publisher, rescheduling them is the publisher's to do
+    IF changes_timing THEN
+        PERFORM idempo.refuse_on_subscriber(s.name, NULL);
+    END IF;
     FOR pass IN 1 .. 2 LOOP
-        EXIT WHEN NOT (changes_hash OR changes_ignore);
+        EXIT WHEN NOT (changes_hash OR changes_ignore OR changes_timing);
         IF changes_hash AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
             RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
                 USING ERRCODE = '55000',
@@ -446,8 +466,8 @@ BEGIN
         END IF;
         EXIT WHEN pass = 2;
         IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'cannot change hash_keys or fingerprint_ignore of scope "%" in a % transaction',
-                s.name, upper(current_setting('transaction_isolation'))
+            RAISE EXCEPTION 'cannot change % of scope "%" in a % transaction',
+                what, s.name, upper(current_setting('transaction_isolation'))
                 USING ERRCODE = '0A000',
                       HINT = 'Run it in a READ COMMITTED transaction: it waits for the claims in flight and must then see their operations, which an older snapshot does not show.';
         END IF;
@@ -466,7 +486,7 @@ BEGIN
         IF NOT locked THEN
             RAISE EXCEPTION 'cannot change scope "%": claims kept idempo.operations busy for 10 seconds', s.name
                 USING ERRCODE = '55P03',
-                      HINT = 'Changing hash_keys or fingerprint_ignore waits for the transactions writing idempo.operations; retry when they are fewer or shorter.';
+                      HINT = format('Changing %s waits for the transactions writing idempo.operations; retry when they are fewer or shorter.', what);
         END IF;
     END LOOP;
     old_remember := s.remember;

@@ -143,6 +143,41 @@ like($err, qr/scope "s" is disabled/, 'the replicated disable_scope() is seen by
 $pub->safe_psql('postgres', q{SELECT idempo.enable_scope('s')});
 $pub->wait_for_catchup('idempo_sub');
 
+# Where only the records are subscribed and the scopes are the database's own, alter_scope()
+# changes the scope there, but not retention or remember: those reschedule the scope's records,
+# which are the publisher's (it used to rewrite the replicated rows' sweep_at locally).
+$pub->safe_psql('postgres', q{
+CREATE PUBLICATION idempo_records FOR TABLE idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
+});
+$sub->safe_psql('postgres', 'CREATE DATABASE records_only');
+$sub->safe_psql('records_only', q{
+CREATE EXTENSION idempo;
+SELECT idempo.create_scope('s', retention => '1 hour', lease => '1 minute');
+SELECT idempo.create_scope('audited', retention => '30 days', audit => true);
+});
+$sub->safe_psql('records_only',
+	"CREATE SUBSCRIPTION idempo_records_sub CONNECTION '$pub_connstr' PUBLICATION idempo_records");
+$sub->wait_for_subscription_sync($pub, 'idempo_records_sub', 'records_only');
+my $schedule = q{SELECT string_agg(key || ' ' || coalesce(sweep_at::text, '-'), ', ' ORDER BY key) FROM idempo.operations};
+my $before = $sub->safe_psql('records_only', $schedule);
+sub records_only_refusal
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $sub->psql('records_only', "\\set VERBOSITY verbose\n$sql");
+	return $ret == 0 ? 'ok' : ($err =~ /ERROR:\s+(\w+): ([^\n]*)/ ? "$1: $2" : $err);
+}
+like(records_only_refusal(q{SELECT idempo.alter_scope('s', retention => '30 minutes 1 second')}),
+     qr/^25006: cannot reschedule the records of scope "s": database "records_only" receives idempo's records from subscription "idempo_records_sub"$/,
+     'alter_scope changing retention refuses where only the records are subscribed');
+like(records_only_refusal(q{SELECT idempo.alter_scope('audited', remember => '1 day')}), qr/^25006: cannot reschedule the records of scope "audited"/,
+     'and so does changing remember');
+is(records_only_refusal(q{SELECT idempo.alter_scope('s', retention => '1 hour', lease => '2 minutes', description => 'local')}), 'ok',
+   'other settings, and retention given unchanged, change the local scope');
+is($sub->safe_psql('records_only', $schedule), $before, 'no replicated record was rescheduled');
+$sub->safe_psql('records_only', 'DROP SUBSCRIPTION idempo_records_sub');
+$pub->safe_psql('postgres', 'DROP PUBLICATION idempo_records');
+$sub->safe_psql('postgres', 'DROP DATABASE records_only');
+
 # The subscription goes away (the subscriber becomes a database of its own): it is swept again.
 $sub->safe_psql('postgres', 'DROP SUBSCRIPTION idempo_sub');
 $sub->poll_query_until('postgres', q{SELECT state <> 'subscriber' FROM idempo.workers() WHERE kind = 'sweeper'})
