@@ -101,3 +101,24 @@ RESET idempo.clock_offset;
 
 SELECT * FROM idempo.check_consistency();
 RESET TimeZone;
+
+-- Every part of a scope's intervals must run forward: '1 mon -29 days' is 1 day in total, but
+-- on the calendar a record written on 1 March would expire on 31 January, before it began.
+SELECT regress.err($$SELECT idempo.create_scope('backwards', retention => '1 mon -29 days')$$);
+SELECT regress.err($$SELECT idempo.create_scope('backwards', retention => '1 hour', remember => '1 mon -29 days')$$);
+SELECT regress.err($$SELECT idempo.create_scope('backwards', retention => '2 days', lease => '1 day -1 hour')$$);
+SELECT regress.err($$SELECT idempo.create_scope('backwards', retention => '1 day', verify_settle => '-1 day 25 hours')$$);
+SELECT count(*) FROM idempo.scopes WHERE name = 'backwards';
+
+-- alter_scope() compares remember as written: '30 days' and '1 mon' are equal as intervals
+-- but not on the calendar, so switching between them reschedules the remembered keys.
+SELECT name FROM idempo.create_scope('thirty', retention => '1 hour', remember => '30 days');
+SELECT outcome FROM idempo.claim('thirty', 't-1', complete_on_commit => true);
+UPDATE idempo.operations
+   SET completed_at = '2027-01-01 11:00+00', expires_at = '2027-01-01 12:00+00', sweep_at = '2027-01-31 12:00+00'
+ WHERE scope = 'thirty';
+SELECT remember FROM idempo.alter_scope('thirty', remember => '1 mon');
+SELECT sweep_at AT TIME ZONE 'UTC' AS forgotten_at FROM idempo.operations WHERE scope = 'thirty';
+SELECT set_config('idempo.clock_offset', (timestamptz '2027-02-01 06:00+00' - now())::text, false) IS NOT NULL AS set;
+SELECT outcome FROM idempo.claim('thirty', 't-1');
+RESET idempo.clock_offset;

@@ -55,7 +55,8 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "common/hashfn.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -206,57 +207,76 @@ must_write(const ClaimArgs *a, const char *why)
  * that its own claims of the key answer 'unknown' again and not 'busy':
  * SELECT (claim(...)).* calls claim once per column.  A lease is known by
  * the exact lease_expires_at the claim wrote; if the subtransaction that
- * took it rolled back, the record no longer shows it.  The last few are
- * kept: a transaction that took more and claims an older one again gets
- * 'busy', which is safe.
+ * took it rolled back, the record no longer shows it.  The table lives in
+ * the transaction's memory: its reset callback forgets it when the
+ * transaction ends, however it ends.
  */
-#define VERIFY_LEASES_KEPT 8
+typedef struct VerifyLeaseKey
+{
+	char		scope[IDEMPO_MAX_SCOPE_BYTES + 1];
+	char		key[IDEMPO_MAX_KEY_BYTES + 1];
+} VerifyLeaseKey;
 
 typedef struct VerifyLease
 {
-	TransactionId xid;			/* the top transaction that took it */
-	uint64		hash;			/* of scope and key */
+	VerifyLeaseKey id;			/* hash key: zero-padded, compared whole */
 	int32		attempt;
 	TimestampTz until;
 } VerifyLease;
 
-static VerifyLease verify_leases[VERIFY_LEASES_KEPT];
-static int	verify_leases_next = 0;
+static HTAB *verify_leases = NULL;
 
-static uint64
-verify_lease_hash(const ClaimArgs *a)
+static void
+verify_leases_gone(void *arg)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) a->scope->name,
-										strlen(a->scope->name), 0);
+	verify_leases = NULL;
+}
 
-	return hash_bytes_extended((const unsigned char *) a->key, strlen(a->key), h);
+static void
+verify_lease_key(const ClaimArgs *a, VerifyLeaseKey *id)
+{
+	memset(id, 0, sizeof(*id));
+	strlcpy(id->scope, a->scope->name, sizeof(id->scope));
+	strlcpy(id->key, a->key, sizeof(id->key));
 }
 
 static bool
 verify_lease_mine(const ClaimArgs *a, const OpRow *r)
 {
-	TransactionId xid = GetTopTransactionIdIfAny();
-	uint64		h;
-	int			i;
+	VerifyLeaseKey id;
+	VerifyLease *l;
 
-	if (!TransactionIdIsValid(xid))
+	if (verify_leases == NULL)
 		return false;
-	h = verify_lease_hash(a);
-	for (i = 0; i < VERIFY_LEASES_KEPT; i++)
-		if (verify_leases[i].xid == xid && verify_leases[i].hash == h &&
-			verify_leases[i].attempt == r->attempt && verify_leases[i].until == r->lease_expires_at)
-			return true;
-	return false;
+	verify_lease_key(a, &id);
+	l = hash_search(verify_leases, &id, HASH_FIND, NULL);
+	return l != NULL && l->attempt == r->attempt && l->until == r->lease_expires_at;
 }
 
 static void
 verify_lease_taken(const ClaimArgs *a, const OpRow *r)
 {
-	VerifyLease *l = &verify_leases[verify_leases_next];
+	VerifyLeaseKey id;
+	VerifyLease *l;
 
-	verify_leases_next = (verify_leases_next + 1) % VERIFY_LEASES_KEPT;
-	l->xid = GetTopTransactionIdIfAny();
-	l->hash = verify_lease_hash(a);
+	if (verify_leases == NULL)
+	{
+		MemoryContext cxt = AllocSetContextCreate(TopTransactionContext, "idempo verification leases",
+												  ALLOCSET_SMALL_SIZES);
+		MemoryContextCallback *cb = MemoryContextAlloc(cxt, sizeof(MemoryContextCallback));
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(VerifyLeaseKey);
+		ctl.entrysize = sizeof(VerifyLease);
+		ctl.hcxt = cxt;
+		verify_leases = hash_create("idempo verification leases", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		cb->func = verify_leases_gone;
+		cb->arg = NULL;
+		MemoryContextRegisterResetCallback(cxt, cb);
+	}
+	verify_lease_key(a, &id);
+	l = hash_search(verify_leases, &id, HASH_ENTER, NULL);
 	l->attempt = r->attempt;
 	l->until = r->lease_expires_at;
 }

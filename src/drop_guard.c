@@ -57,6 +57,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(idempo_drop_guard);
 
@@ -186,9 +187,18 @@ refuse_if_records(Oid nsp, const char *how)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/*
+	 * Count what is committed now, not what the statement's snapshot shows:
+	 * the hook runs after the DROP waited for its locks, and a claim that
+	 * committed meanwhile (the DROP queued behind its lock on
+	 * idempo.operations) must count, or its record is dropped with the rest.
+	 */
+	PushActiveSnapshot(GetLatestSnapshot());
 	operations = count_rows(nsp, "operations", "");
 	reviews = count_rows(nsp, "reviews", " WHERE resolved_at IS NULL");
 	conflicts = count_rows(nsp, "conflicts", " WHERE resolved_at IS NULL");
+	PopActiveSnapshot();
 	SPI_finish();
 	if (operations == 0 && reviews == 0 && conflicts == 0)
 		return;

@@ -172,6 +172,7 @@ typedef struct IdempoSpiSession
 
 extern void idempo_spi_begin(IdempoSpiSession *session);
 extern void idempo_spi_end(IdempoSpiSession *session);
+extern MemoryContext idempo_spi_outermost_context(void);
 extern int	idempo_spi_execute(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
 extern int	idempo_spi_read_latest(IdempoPlanId id, Datum *values, const char *nulls, long tcount);
 

@@ -404,6 +404,44 @@ idempo_spi_read_latest(IdempoPlanId id, Datum *values, const char *nulls, long t
 	return spi_execute(id, values, nulls, GetLatestSnapshot(), tcount);
 }
 
+/*
+ * How many idempo SPI sessions are open in this backend (a user trigger on
+ * idempo.operations can call idempo inside idempo), and memory that lives
+ * until the outermost of them ends: what a nested call must not free under
+ * its caller (the scope cache's stale generations) goes there, so that a
+ * long transaction of many calls does not keep it all to its end.  The
+ * context hangs under TopTransactionContext: a call that ended in an error
+ * (its idempo_spi_end() never ran) leaves it to the transaction's end, and
+ * its reset callback then forgets it and the count.
+ */
+static int	spi_sessions_open = 0;
+static MemoryContext outermost_call_cxt = NULL;
+
+static void
+outermost_call_cxt_gone(void *arg)
+{
+	outermost_call_cxt = NULL;
+	spi_sessions_open = 0;
+}
+
+/* Memory freed when the outermost open idempo SPI session ends (or its transaction does). */
+MemoryContext
+idempo_spi_outermost_context(void)
+{
+	if (outermost_call_cxt == NULL)
+	{
+		MemoryContextCallback *cb;
+
+		outermost_call_cxt = AllocSetContextCreate(TopTransactionContext, "idempo outermost call",
+												   ALLOCSET_SMALL_SIZES);
+		cb = MemoryContextAlloc(outermost_call_cxt, sizeof(MemoryContextCallback));
+		cb->func = outermost_call_cxt_gone;
+		cb->arg = NULL;
+		MemoryContextRegisterResetCallback(outermost_call_cxt, cb);
+	}
+	return outermost_call_cxt;
+}
+
 /* Connects SPI and becomes the owner of idempo's tables. */
 void
 idempo_spi_begin(IdempoSpiSession *session)
@@ -415,6 +453,7 @@ idempo_spi_begin(IdempoSpiSession *session)
 	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
 	SetUserIdAndSecContext(owner, session->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
+	spi_sessions_open++;
 }
 
 /* Back to the caller's identity; disconnects SPI. */
@@ -424,4 +463,11 @@ idempo_spi_end(IdempoSpiSession *session)
 	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
+	/* the outermost call is over: nothing above holds what was kept for it */
+	if (--spi_sessions_open <= 0)
+	{
+		spi_sessions_open = 0;
+		if (outermost_call_cxt != NULL)
+			MemoryContextDelete(outermost_call_cxt);	/* its callback forgets it */
+	}
 }

@@ -29,9 +29,10 @@
  * trigger on idempo.operations may call alter_scope() and claim() inside
  * the claim that fired it, and the nested claim then finds the cache stale.
  * So a stale cache is never freed in place: its memory context is moved
- * under TopTransactionContext and freed with the transaction (committed or
- * aborted: error-safe with no callback), and a new one is built; retiring
- * happens only on a real invalidation, a handful per transaction at most.
+ * under the memory of the outermost idempo call (plans.c), freed when that
+ * call ends, or with the transaction if it ended in an error, and a new one
+ * is built.  A transaction of many calls keeps at most the generations of
+ * one call, not every one it saw.
  * Where idempo.scopes comes from a publisher, the apply worker's changes
  * fire no statement trigger, so each lookup reads the scope afresh into the
  * caller's memory (the SPI session's) instead of the cache.
@@ -78,7 +79,7 @@ idempo_scope_cache_register_callbacks(void)
 /*
  * A new, empty cache for the scopes table scopes_relid.  The old one may
  * still be in use by a caller further up the stack (see the file header):
- * it is retired to the transaction's memory, not freed.
+ * it is retired to the outermost idempo call's memory, not freed.
  */
 static void
 scope_cache_renew(Oid scopes_relid)
@@ -87,7 +88,7 @@ scope_cache_renew(Oid scopes_relid)
 
 	Assert(IsTransactionState());
 	if (scope_cache_cxt != NULL)
-		MemoryContextSetParent(scope_cache_cxt, TopTransactionContext);
+		MemoryContextSetParent(scope_cache_cxt, idempo_spi_outermost_context());
 	scope_cache_cxt = NULL;
 	scope_cache = NULL;
 

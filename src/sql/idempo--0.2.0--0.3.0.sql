@@ -228,6 +228,7 @@ CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     p text;
+    iv interval;
 BEGIN
     IF s.name IS NULL OR s.name = '' THEN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
@@ -292,6 +293,20 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'Give an interval such as ''1 year'' to keep finished keys after their results expire, or ''0'' to purge them at expires_at.';
     END IF;
+    -- Each is added to a time on the calendar (months, then days, then the rest: src/clock.c), so
+    -- every part must run forward: '1 mon -29 days' compares as 1 day but would end on 31 January
+    -- for a record written on 1 March, before it began.
+    FOR p, iv IN VALUES ('retention', s.retention), ('lease', s.lease),
+                        ('verify_settle', s.verify_settle), ('remember', s.remember) LOOP
+        IF extract(year FROM iv) * 12 + extract(month FROM iv) < 0 OR extract(day FROM iv) < 0
+           OR extract(epoch FROM iv - make_interval(months => (extract(year FROM iv) * 12
+                                                                + extract(month FROM iv))::int,
+                                                    days => extract(day FROM iv)::int)) < 0 THEN
+            RAISE EXCEPTION '% of scope "%" has a part that runs backwards: %', p, s.name, iv
+                USING ERRCODE = '22023',
+                      HINT = 'Give every part with the same sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
+        END IF;
+    END LOOP;
     -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
     IF s.fingerprint_ignore IS NULL THEN
         RAISE EXCEPTION 'fingerprint_ignore of scope "%" must not be NULL', s.name
@@ -324,6 +339,29 @@ BEGIN
                 USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
         END IF;
     END LOOP;
+END
+$$;
+
+-- 0.3.0 adds the scopes' intervals on the calendar (0.2.0 counted a month as 30 days): a scope
+-- whose interval has a part that runs backwards would now end before it begins.  None should
+-- exist (0.2.0 accepted them only as positive in total); if one does, say so before updating.
+DO $$
+DECLARE
+    bad text;
+BEGIN
+    SELECT string_agg(format('%I (%s %s)', t.name, t.setting, t.iv), ', ') INTO bad
+    FROM idempo.scopes AS sc,
+         LATERAL (VALUES (sc.name, 'retention', sc.retention), (sc.name, 'lease', sc.lease),
+                         (sc.name, 'verify_settle', sc.verify_settle)) AS t(name, setting, iv)
+    WHERE extract(year FROM t.iv) * 12 + extract(month FROM t.iv) < 0 OR extract(day FROM t.iv) < 0
+       OR extract(epoch FROM t.iv - make_interval(months => (extract(year FROM t.iv) * 12
+                                                           + extract(month FROM t.iv))::int,
+                                                 days => extract(day FROM t.iv)::int)) < 0;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update idempo to 0.3.0: these scopes have an interval with a part that runs backwards: %', bad
+            USING ERRCODE = '22023',
+                  HINT = 'Change them with idempo.alter_scope() so that every part of each interval is positive, then update.';
+    END IF;
 END
 $$;
 
@@ -540,7 +578,8 @@ BEGIN
     -- be forgotten (and its action run again) at the old horizon, a shorter one or 0 forgets
     -- them sooner.  A remembered key is a finished row with sweep_at = expires_at + remember;
     -- with 0 it becomes an expired record (sweep_at = expires_at), which claims treat as absent.
-    IF s.remember IS DISTINCT FROM old_remember THEN
+    -- compared as written: interval equality says '30 days' = '1 mon', the calendar does not
+    IF s.remember::text IS DISTINCT FROM old_remember::text THEN
         UPDATE idempo.operations AS o
            SET sweep_at = ((o.expires_at AT TIME ZONE 'UTC') + s.remember) AT TIME ZONE 'UTC'
          WHERE o.scope = s.name
