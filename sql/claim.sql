@@ -223,3 +223,13 @@ SELECT outcome, status, attempt FROM (SELECT (idempo.claim('ship', 'order-22', '
 SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}');
 COMMIT;
 RESET idempo.clock_offset;
+-- however many it took: a transaction that takes ten verification leases still holds the first
+-- (it is not told busy about its own key)
+SELECT name FROM idempo.create_scope('verifiers', retention => '1 hour', lease => '1 minute');
+SELECT count(*) FROM generate_series(1, 10) AS i, idempo.claim('verifiers', 'v-' || i) AS c WHERE c.outcome = 'acquired';
+SET idempo.clock_offset = '2min';
+BEGIN;
+SELECT outcome, count(*) FROM generate_series(1, 10) AS i, idempo.claim('verifiers', 'v-' || i) AS c GROUP BY 1;
+SELECT outcome, status FROM idempo.claim('verifiers', 'v-1');
+COMMIT;
+RESET idempo.clock_offset;
