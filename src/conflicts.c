@@ -78,6 +78,7 @@ typedef struct Handover
 	int			slot;
 	dsm_segment *seg;
 	SubTransactionId subid;
+	int64		conflict_id;	/* of the row this transaction wrote */
 } Handover;
 
 static List *handovers = NIL;	/* of Handover, in TopMemoryContext */
@@ -319,6 +320,28 @@ record_in_worker(const IdempoConflict *c, int64 conflict_id, bool *lock_timeout,
 	return recorded;
 }
 
+/*
+ * PREPARE TRANSACTION of a transaction that wrote a conflict itself is
+ * refused: whether the row is kept is decided only by COMMIT PREPARED or
+ * ROLLBACK PREPARED, maybe in another session or after a restart, when no
+ * callback of this backend runs to hand the row to the sweeper.  Thrown
+ * before the point of no return, the error rolls the transaction back, and
+ * the abort hands the conflict over as any rollback does.
+ */
+static void
+refuse_prepare(void)
+{
+	Handover   *h = linitial(handovers);
+	ConflictMessage *msg = dsm_segment_address(h->seg);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot PREPARE a transaction that recorded conflict %lld on key \"%s\" in scope \"%s\" itself",
+					(long long) h->conflict_id, msg->data + msg->key_off, msg->data + msg->scope_off),
+			 errdetail("idempo's sweeper could not record the conflict in time (it waited for a lock), so the row is kept only if this transaction commits, and the outcome of a prepared transaction is not known here. The transaction is rolled back and the sweeper records the conflict."),
+			 errhint("Commit or roll back instead of preparing, or retry once the lock the sweeper met is gone.")));
+}
+
 static void
 handover_xact_callback(XactEvent event, void *arg)
 {
@@ -329,10 +352,17 @@ handover_xact_callback(XactEvent event, void *arg)
 		return;
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			refuse_prepare();
+			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
 			rolled_back = false;
+			break;
+		case XACT_EVENT_PREPARE:
+			/* refused at PRE_PREPARE: never here; keep the request rather than lose it */
+			elog(WARNING, "idempo: a prepared transaction holds a conflict handover");
+			rolled_back = true;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -418,6 +448,7 @@ reserve_handover(const IdempoConflict *c, int64 conflict_id)
 	h->slot = slot;
 	h->seg = seg;
 	h->subid = GetCurrentSubTransactionId();
+	h->conflict_id = conflict_id;
 	handovers = lappend(handovers, h);
 	MemoryContextSwitchTo(old);
 	return true;
