@@ -21,8 +21,15 @@
  *	   row in its own transaction, where the deadlock detector sees any
  *	   wait, and hands the row to the sweeper if that transaction or
  *	   subtransaction rolls back (to the next sweeper, if none serves the
- *	   database now).  Only without the library preloaded does a WARNING
- *	   say that the conflict is kept only if the transaction commits.
+ *	   database now).  A WARNING says that the conflict is kept only if the
+ *	   transaction commits where that hand-over cannot be relied on: the
+ *	   library is not preloaded, or no sweeper is registered for the
+ *	   database and none is coming (it is not listed in idempo.databases, or
+ *	   the launcher found no worker slot for it: the hand-over then waits in
+ *	   shared memory for a slot, and a restart loses it).
+ * Such a transaction cannot PREPARE (refuse_prepare): a prepared
+ * transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps in
+ * another session or after a restart, where nothing hands its row over.
  * The conflict's id is drawn from the sequence first and travels with the
  * request, so that the id the claim returns is the row's wherever it is
  * written.  The row is upserted on the open conflict of the same stored
@@ -41,6 +48,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "catalog/pg_index.h"
+#include "commands/dbcommands.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -413,6 +421,18 @@ handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
+ * Whether a sweeper serves this database or is on its way (the launcher
+ * had a slot for it), so that a hand-over is recorded.
+ */
+static bool
+sweeper_coming(void)
+{
+	char	   *dbname = get_database_name(MyDatabaseId);
+
+	return dbname != NULL && idempo_database_listed(dbname) && idempo_sweeper_coming(MyDatabaseId);
+}
+
+/*
  * After the claim wrote the conflict in its own transaction: reserves a
  * slot so that the sweeper records it if this (sub)transaction rolls back.
  * False if that cannot be arranged (no sweeper, no free slot).
@@ -483,6 +503,18 @@ idempo_record_conflict(const IdempoConflict *c)
 						c->key, c->scope),
 				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
 				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
+	else if (!sweeper_coming())
+	{
+		/* handed to the next sweeper, but none is coming: maybe never recorded */
+		char	   *dbname = get_database_name(MyDatabaseId);
+
+		ereport(WARNING,
+				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
+						c->key, c->scope),
+				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot, or the database is not listed in idempo.databases), and no conflict recorder worker could record conflict %lld.",
+						   dbname ? dbname : "?", (long long) id),
+				 errhint("If this transaction rolls back, the conflict is recorded only if a sweeper starts for this database before the server restarts. Raise max_worker_processes (one slot for the launcher, one per database with idempo, and one more).")));
+	}
 	return id;
 }
 
