@@ -15,8 +15,8 @@
  * away or were unlisted are stopped.  If the launcher dies, the postmaster
  * restarts it after LAUNCHER_RESTART seconds.
  *
- * A database for which no worker slot is free is "unserved": the launcher
- * says so once (naming it, and whether it knows the database has idempo or
+ * A database for which no worker slot has been free for UNSERVED_AFTER_MS
+ * is "unserved": the launcher says so once (naming it, and whether it knows the database has idempo or
  * had no slot even to look), not every round, publishes the list for
  * idempo.workers() (kind 'unserved'), tries again every LAUNCHER_NAP_MS (at
  * once while conflicts wait there), and says when it served it after all.
@@ -50,6 +50,7 @@ PGDLLEXPORT void idempo_launcher_main(Datum main_arg);
 #define LAUNCHER_RESTART 5			/* seconds */
 #define LAUNCHER_NAP_MS 10000		/* longest sleep between rounds */
 #define EXTENSION_RECHECK_MS 60000	/* look again at a database without the extension */
+#define UNSERVED_AFTER_MS 10000		/* without a slot this long: unserved (not a passing worker) */
 
 typedef struct ServedDatabase
 {
@@ -61,7 +62,8 @@ typedef struct ServedDatabase
 	bool		has_idempo;		/* its running sweeper found the extension (else it is a probe) */
 	bool		known_idempo;	/* a sweeper found the extension here before: no probe needed */
 	bool		had_idempo;		/* a sweeper served it once (kept while none runs) */
-	bool		unserved;		/* no worker slot for it: said once, published */
+	TimestampTz no_slot_since;	/* its starts fail for want of a slot since (0: they do not) */
+	bool		unserved;		/* no slot for UNSERVED_AFTER_MS: said once, published */
 	bool		unserved_known;	/* ... and whether it was known to have idempo when said */
 } ServedDatabase;
 
@@ -141,14 +143,21 @@ sweeper_running(ServedDatabase *db)
 }
 
 /*
- * No worker slot for a database: said once per change (not every round),
- * naming the database and whether it is known to have idempo.
+ * No worker slot for a database.  A slot held for a moment by another
+ * worker (a conflict recorder, a look at another database, a parallel
+ * query) is no news; after UNSERVED_AFTER_MS without one the database is
+ * unserved: said once per change (not every round), naming the database
+ * and whether it is known to have idempo.
  */
 static void
-note_unserved(ServedDatabase *db, const char *name)
+note_unserved(ServedDatabase *db, const char *name, TimestampTz now)
 {
 	bool		known = db->had_idempo || idempo_cq_pending(db->database_id);
 
+	if (db->no_slot_since == 0)
+		db->no_slot_since = now;
+	if (!TimestampDifferenceExceeds(db->no_slot_since, now, UNSERVED_AFTER_MS))
+		return;
 	if (db->unserved && db->unserved_known == known)
 		return;
 	db->unserved = true;
@@ -172,12 +181,18 @@ note_unserved(ServedDatabase *db, const char *name)
 static void
 note_served(ServedDatabase *db, const char *name)
 {
+	db->no_slot_since = 0;
 	if (!db->unserved)
 		return;
 	db->unserved = false;
-	ereport(LOG,
-			(errmsg("idempo launcher started a sweeper for database \"%s\", which had no worker slot before",
-					name)));
+	if (db->unserved_known)
+		ereport(LOG,
+				(errmsg("idempo launcher started a sweeper for database \"%s\", which had no worker slot before",
+						name)));
+	else
+		ereport(LOG,
+				(errmsg("idempo launcher is looking whether database \"%s\" has idempo, which it had no worker slot for before",
+						name)));
 }
 
 /* Publishes the databases without a slot, for idempo.workers(). */
@@ -247,6 +262,7 @@ launcher_round(bool recheck_all)
 			db->has_idempo = false;
 			db->known_idempo = false;
 			db->had_idempo = false;
+			db->no_slot_since = 0;
 			db->unserved = false;
 			db->unserved_known = false;
 		}
@@ -302,7 +318,7 @@ launcher_round(bool recheck_all)
 		{
 			db = (ServedDatabase *) lfirst(lc1);
 			if (db->handle == NULL)
-				note_unserved(db, (char *) lfirst(lc2));
+				note_unserved(db, (char *) lfirst(lc2), now);
 		}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
