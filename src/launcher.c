@@ -16,10 +16,11 @@
  * restarts it after LAUNCHER_RESTART seconds.
  *
  * A database for which no worker slot has been free for UNSERVED_AFTER_MS
- * is "unserved": the launcher says so once (naming it, and whether it knows the database has idempo or
- * had no slot even to look), not every round, publishes the list for
- * idempo.workers() (kind 'unserved'), tries again every LAUNCHER_NAP_MS (at
- * once while conflicts wait there), and says when it served it after all.
+ * is "unserved": the launcher says so once, not every round (naming it,
+ * and whether it knows that the database has idempo or had no slot even to
+ * look), publishes the list for idempo.workers() (kind 'unserved'), tries
+ * again every LAUNCHER_NAP_MS (at once while conflicts wait there), and
+ * says when it served it after all.
  *
  *-------------------------------------------------------------------------
  */
