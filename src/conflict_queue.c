@@ -38,6 +38,20 @@
  * cancel, or FATAL -- leaves the request to the sweeper (before_shmem_exit
  * through PG_ENSURE_ERROR_CLEANUP).
  *
+ * A request is never recorded twice.  A TAKEN request is re-taken (by the
+ * waiting claim, withdraw(), or by the next sweeper,
+ * idempo_cq_sweeper_started()) only once its sweeper has left the registry,
+ * that is, has exited; and a sweeper cannot exit between committing the row
+ * and marking the slot: record_one() runs nothing there that can throw or
+ * process an interrupt (CommitTransactionCommand() holds interrupts until
+ * the commit is complete, a SIGTERM taken in its wait for a synchronous
+ * standby ends only that wait, and the next CHECK_FOR_INTERRUPTS() is after
+ * the slot is marked; the segment is detached only after that).  A crash of
+ * the sweeper (kill -9) restarts the server, whose shared memory, queue
+ * included, starts empty: the committed row stays, and no claim is left to
+ * write it again.  A sweeper that dies before its commit leaves no row, so
+ * re-taking its request counts the conflict once.
+ *
  * Every change of a slot happens under idempo_shared->mutex; there are
  * IDEMPO_CONFLICT_SLOTS of them, and conflicts are rare.
  *
@@ -319,11 +333,9 @@ record_one(int slot, dsm_handle handle)
 	bool		unpin = false;
 
 	if (seg != NULL)
-	{
 		idempo_record_conflict_request(seg, &recorded, &lock_timeout, &conflict_id);
-		dsm_detach(seg);
-	}
 
+	/* nothing that can throw until the slot says what was committed (see the header) */
 	SpinLockAcquire(&idempo_shared->mutex);
 	if (s->state != CQ_TAKEN || s->taken_by != MyProcPid || s->handle != handle)
 		;						/* no longer ours (withdrawn meanwhile): leave it */
@@ -346,6 +358,8 @@ record_one(int slot, dsm_handle handle)
 		unpin = true;
 	}
 	SpinLockRelease(&idempo_shared->mutex);
+	if (seg != NULL)
+		dsm_detach(seg);
 	if (unpin)
 		dsm_unpin_segment(handle);
 	ConditionVariableBroadcast(&idempo_shared->conflicts_cv);

@@ -21,8 +21,15 @@
  *	   row in its own transaction, where the deadlock detector sees any
  *	   wait, and hands the row to the sweeper if that transaction or
  *	   subtransaction rolls back (to the next sweeper, if none serves the
- *	   database now).  Only without the library preloaded does a WARNING
- *	   say that the conflict is kept only if the transaction commits.
+ *	   database now).  A WARNING says that the conflict is kept only if the
+ *	   transaction commits where that hand-over cannot be relied on: the
+ *	   library is not preloaded, or no sweeper is registered for the
+ *	   database and none is coming (it is not listed in idempo.databases, or
+ *	   the launcher found no worker slot for it: the hand-over then waits in
+ *	   shared memory for a slot, and a restart loses it).
+ * Such a transaction cannot PREPARE (refuse_prepare): a prepared
+ * transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps in
+ * another session or after a restart, where nothing hands its row over.
  * The conflict's id is drawn from the sequence first and travels with the
  * request, so that the id the claim returns is the row's wherever it is
  * written.  The row is upserted on the open conflict of the same stored
@@ -41,6 +48,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "catalog/pg_index.h"
+#include "commands/dbcommands.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -78,6 +86,7 @@ typedef struct Handover
 	int			slot;
 	dsm_segment *seg;
 	SubTransactionId subid;
+	int64		conflict_id;	/* of the row this transaction wrote */
 } Handover;
 
 static List *handovers = NIL;	/* of Handover, in TopMemoryContext */
@@ -319,6 +328,28 @@ record_in_worker(const IdempoConflict *c, int64 conflict_id, bool *lock_timeout,
 	return recorded;
 }
 
+/*
+ * PREPARE TRANSACTION of a transaction that wrote a conflict itself is
+ * refused: whether the row is kept is decided only by COMMIT PREPARED or
+ * ROLLBACK PREPARED, maybe in another session or after a restart, when no
+ * callback of this backend runs to hand the row to the sweeper.  Thrown
+ * before the point of no return, the error rolls the transaction back, and
+ * the abort hands the conflict over as any rollback does.
+ */
+static void
+refuse_prepare(void)
+{
+	Handover   *h = linitial(handovers);
+	ConflictMessage *msg = dsm_segment_address(h->seg);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot PREPARE a transaction that recorded conflict %lld on key \"%s\" in scope \"%s\" itself",
+					(long long) h->conflict_id, msg->data + msg->key_off, msg->data + msg->scope_off),
+			 errdetail("idempo's sweeper could not record the conflict in time (it waited for a lock), so the row is kept only if this transaction commits, and the outcome of a prepared transaction is not known here. The transaction is rolled back and the sweeper records the conflict."),
+			 errhint("Commit or roll back instead of preparing, or retry once the lock the sweeper met is gone.")));
+}
+
 static void
 handover_xact_callback(XactEvent event, void *arg)
 {
@@ -329,10 +360,17 @@ handover_xact_callback(XactEvent event, void *arg)
 		return;
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			refuse_prepare();
+			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
 			rolled_back = false;
+			break;
+		case XACT_EVENT_PREPARE:
+			/* refused at PRE_PREPARE: never here; keep the request rather than lose it */
+			elog(WARNING, "idempo: a prepared transaction holds a conflict handover");
+			rolled_back = true;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -383,6 +421,18 @@ handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
+ * Whether a sweeper serves this database or is on its way (the launcher
+ * had a slot for it), so that a hand-over is recorded.
+ */
+static bool
+sweeper_coming(void)
+{
+	char	   *dbname = get_database_name(MyDatabaseId);
+
+	return dbname != NULL && idempo_database_listed(dbname) && idempo_sweeper_coming(MyDatabaseId);
+}
+
+/*
  * After the claim wrote the conflict in its own transaction: reserves a
  * slot so that the sweeper records it if this (sub)transaction rolls back.
  * False if that cannot be arranged (no sweeper, no free slot).
@@ -418,6 +468,7 @@ reserve_handover(const IdempoConflict *c, int64 conflict_id)
 	h->slot = slot;
 	h->seg = seg;
 	h->subid = GetCurrentSubTransactionId();
+	h->conflict_id = conflict_id;
 	handovers = lappend(handovers, h);
 	MemoryContextSwitchTo(old);
 	return true;
@@ -452,6 +503,18 @@ idempo_record_conflict(const IdempoConflict *c)
 						c->key, c->scope),
 				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
 				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
+	else if (!sweeper_coming())
+	{
+		/* handed to the next sweeper, but none is coming: maybe never recorded */
+		char	   *dbname = get_database_name(MyDatabaseId);
+
+		ereport(WARNING,
+				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
+						c->key, c->scope),
+				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot, or the database is not listed in idempo.databases), and no conflict recorder worker could record conflict %lld.",
+						   dbname ? dbname : "?", (long long) id),
+				 errhint("If this transaction rolls back, the conflict is recorded only if a sweeper starts for this database before the server restarts. Raise max_worker_processes (one slot for the launcher, one per database with idempo, and one more).")));
+	}
 	return id;
 }
 

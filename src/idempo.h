@@ -352,6 +352,20 @@ typedef struct IdempoConflictSlot
 	int64		conflict_id;
 } IdempoConflictSlot;
 
+/*
+ * A database the launcher should serve but could not start a sweeper for
+ * (no free worker slot), as it last published them; shown by
+ * idempo.workers().  At most IDEMPO_UNSERVED_MAX are kept (the rest are
+ * counted in nunserved_more).
+ */
+#define IDEMPO_UNSERVED_MAX 64
+
+typedef struct IdempoUnserved
+{
+	Oid			database_id;
+	bool		known_idempo;	/* a sweeper served it before, or a conflict waits there */
+} IdempoUnserved;
+
 typedef struct IdempoShared
 {
 	slock_t		mutex;			/* protects everything but the counters */
@@ -367,6 +381,9 @@ typedef struct IdempoShared
 	pg_atomic_uint64 counters[NUM_COUNTERS];
 	ConditionVariable conflicts_cv;	/* broadcast when a conflict request is DONE */
 	IdempoConflictSlot conflict_slots[IDEMPO_CONFLICT_SLOTS];
+	int			nunserved;		/* published by the launcher after each round */
+	int			nunserved_more;	/* beyond IDEMPO_UNSERVED_MAX */
+	IdempoUnserved unserved[IDEMPO_UNSERVED_MAX];
 	int			nslots;
 	IdempoWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } IdempoShared;
@@ -387,6 +404,8 @@ extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz 
 extern void idempo_launcher_report_round(void);
 extern bool idempo_wake_sweeper(Oid database_id);
 extern bool idempo_sweeper_serving(Oid database_id);
+extern void idempo_publish_unserved(const IdempoUnserved *unserved, int n);
+extern bool idempo_sweeper_coming(Oid database_id);
 
 /* ---- guc.c ---- */
 

@@ -15,6 +15,13 @@
  * away or were unlisted are stopped.  If the launcher dies, the postmaster
  * restarts it after LAUNCHER_RESTART seconds.
  *
+ * A database for which no worker slot has been free for UNSERVED_AFTER_MS
+ * is "unserved": the launcher says so once, not every round (naming it,
+ * and whether it knows that the database has idempo or had no slot even to
+ * look), publishes the list for idempo.workers() (kind 'unserved'), tries
+ * again every LAUNCHER_NAP_MS (at once while conflicts wait there), and
+ * says when it served it after all.
+ *
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
@@ -44,6 +51,7 @@ PGDLLEXPORT void idempo_launcher_main(Datum main_arg);
 #define LAUNCHER_RESTART 5			/* seconds */
 #define LAUNCHER_NAP_MS 10000		/* longest sleep between rounds */
 #define EXTENSION_RECHECK_MS 60000	/* look again at a database without the extension */
+#define UNSERVED_AFTER_MS 10000		/* without a slot this long: unserved (not a passing worker) */
 
 typedef struct ServedDatabase
 {
@@ -54,6 +62,10 @@ typedef struct ServedDatabase
 	bool		seen;			/* still in pg_database and listed */
 	bool		has_idempo;		/* its running sweeper found the extension (else it is a probe) */
 	bool		known_idempo;	/* a sweeper found the extension here before: no probe needed */
+	bool		had_idempo;		/* a sweeper served it once (kept while none runs) */
+	TimestampTz no_slot_since;	/* its starts fail for want of a slot since (0: they do not) */
+	bool		unserved;		/* no slot for UNSERVED_AFTER_MS: said once, published */
+	bool		unserved_known;	/* ... and whether it was known to have idempo when said */
 } ServedDatabase;
 
 static HTAB *served = NULL;
@@ -109,7 +121,7 @@ sweeper_running(ServedDatabase *db)
 	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
 	{
 		if (!db->has_idempo && idempo_sweeper_serving(db->database_id))
-			db->has_idempo = db->known_idempo = true;
+			db->has_idempo = db->known_idempo = db->had_idempo = true;
 		return true;
 	}
 	pfree(db->handle);
@@ -125,8 +137,87 @@ sweeper_running(ServedDatabase *db)
 	 */
 	db->next_start = (db->has_idempo || idempo_extension_generation() != db->started_generation) ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+	if (!db->has_idempo)
+		db->had_idempo = false;	/* it only looked, and found no idempo */
 	db->has_idempo = db->known_idempo = false;
 	return false;
+}
+
+/*
+ * No worker slot for a database.  A slot held for a moment by another
+ * worker (a conflict recorder, a look at another database, a parallel
+ * query) is no news; after UNSERVED_AFTER_MS without one the database is
+ * unserved: said once per change (not every round), naming the database
+ * and whether it is known to have idempo.
+ */
+static void
+note_unserved(ServedDatabase *db, const char *name, TimestampTz now)
+{
+	bool		known = db->had_idempo || idempo_cq_pending(db->database_id);
+
+	if (db->no_slot_since == 0)
+		db->no_slot_since = now;
+	if (!TimestampDifferenceExceeds(db->no_slot_since, now, UNSERVED_AFTER_MS))
+		return;
+	if (db->unserved && db->unserved_known == known)
+		return;
+	db->unserved = true;
+	db->unserved_known = known;
+	if (known)
+		ereport(LOG,
+				(errmsg("idempo launcher could not start a sweeper for database \"%s\": no free background worker slot",
+						name),
+				 idempo_cq_pending(db->database_id) ?
+				 errdetail("Conflicts of rolled-back claims wait there for a sweeper, in shared memory only: a restart loses them. Nothing sweeps the database.") :
+				 errdetail("Nothing sweeps the database, and its conflicts are kept only if the claim's transaction commits."),
+				 errhint("Raise max_worker_processes: idempo needs one slot for its launcher, one for each database with idempo and one more.")));
+	else
+		ereport(LOG,
+				(errmsg("idempo launcher could not look whether database \"%s\" has idempo: no free background worker slot",
+						name),
+				 errhint("Raise max_worker_processes: idempo needs one slot for its launcher, one for each database with idempo and one more; or list the databases with idempo in idempo.databases.")));
+}
+
+/* A sweeper started where there was no slot before: said once. */
+static void
+note_served(ServedDatabase *db, const char *name)
+{
+	db->no_slot_since = 0;
+	if (!db->unserved)
+		return;
+	db->unserved = false;
+	if (db->unserved_known)
+		ereport(LOG,
+				(errmsg("idempo launcher started a sweeper for database \"%s\", which had no worker slot before",
+						name)));
+	else
+		ereport(LOG,
+				(errmsg("idempo launcher is looking whether database \"%s\" has idempo, which it had no worker slot for before",
+						name)));
+}
+
+/* Publishes the databases without a slot, for idempo.workers(). */
+static void
+publish_unserved(void)
+{
+	HASH_SEQ_STATUS seq;
+	ServedDatabase *db;
+	IdempoUnserved unserved[IDEMPO_UNSERVED_MAX];
+	int			n = 0;
+
+	hash_seq_init(&seq, served);
+	while ((db = hash_seq_search(&seq)) != NULL)
+	{
+		if (!db->unserved)
+			continue;
+		if (n < IDEMPO_UNSERVED_MAX)
+		{
+			unserved[n].database_id = db->database_id;
+			unserved[n].known_idempo = db->unserved_known;
+		}
+		n++;
+	}
+	idempo_publish_unserved(unserved, n);
 }
 
 /* One look at pg_database: start what is missing, stop what is no longer wanted. */
@@ -144,6 +235,7 @@ launcher_round(bool recheck_all)
 	ListCell   *lc1,
 			   *lc2;
 	bool		probing = false;	/* a sweeper is looking whether its database has idempo */
+	bool		no_slot = false;	/* a start failed: no free worker slot */
 
 	hash_seq_init(&seq, served);
 	while ((db = hash_seq_search(&seq)) != NULL)
@@ -170,6 +262,10 @@ launcher_round(bool recheck_all)
 			db->next_start = 0;
 			db->has_idempo = false;
 			db->known_idempo = false;
+			db->had_idempo = false;
+			db->no_slot_since = 0;
+			db->unserved = false;
+			db->unserved_known = false;
 		}
 		db->seen = true;
 		if (sweeper_running(db))
@@ -205,15 +301,26 @@ launcher_round(bool recheck_all)
 				continue;
 			probing = true;
 		}
-		if (!start_sweeper(db, (char *) lfirst(lc2)))
+		if (!no_slot && start_sweeper(db, (char *) lfirst(lc2)))
 		{
-			ereport(LOG,
-					(errmsg("idempo launcher could not start a sweeper for database \"%s\"",
-							(char *) lfirst(lc2)),
-					 errhint("Raise max_worker_processes.")));
-			db->next_start = TimestampTzPlusMilliseconds(now, LAUNCHER_NAP_MS);
+			note_served(db, (char *) lfirst(lc2));
+			continue;
 		}
+		no_slot = true;
+		db->next_start = TimestampTzPlusMilliseconds(now, LAUNCHER_NAP_MS);
 	}
+
+	/*
+	 * Without a slot, every database still to start is unserved, also those
+	 * skipped above while a look was due elsewhere.
+	 */
+	if (no_slot)
+		forboth(lc1, start_dbs, lc2, start_names)
+		{
+			db = (ServedDatabase *) lfirst(lc1);
+			if (db->handle == NULL)
+				note_unserved(db, (char *) lfirst(lc2), now);
+		}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -227,6 +334,7 @@ launcher_round(bool recheck_all)
 			TerminateBackgroundWorker(db->handle);
 		hash_search(served, &db->database_id, HASH_REMOVE, NULL);
 	}
+	publish_unserved();
 }
 
 void

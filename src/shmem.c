@@ -265,6 +265,44 @@ idempo_wake_sweeper(Oid database_id)
 	return latch != NULL;
 }
 
+/* The launcher publishes the databases it could not serve (the first IDEMPO_UNSERVED_MAX). */
+void
+idempo_publish_unserved(const IdempoUnserved *unserved, int n)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->nunserved = Min(n, IDEMPO_UNSERVED_MAX);
+	idempo_shared->nunserved_more = n - idempo_shared->nunserved;
+	memcpy(idempo_shared->unserved, unserved, sizeof(IdempoUnserved) * idempo_shared->nunserved);
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+/*
+ * Whether a sweeper serves a database or is on its way: one is registered,
+ * or a launcher runs that has not found itself without a worker slot for
+ * it.  (Whether the database is listed in idempo.databases the caller
+ * checks.)  A conflict handed over while none is coming waits in shared
+ * memory for as long as no slot frees, and a restart loses it.
+ */
+bool
+idempo_sweeper_coming(Oid database_id)
+{
+	bool		coming;
+	int			i;
+
+	SpinLockAcquire(&idempo_shared->mutex);
+	coming = idempo_shared->launcher_pid != 0;
+	for (i = 0; i < idempo_shared->nunserved && coming; i++)
+		if (idempo_shared->unserved[i].database_id == database_id)
+			coming = false;
+	if (coming && idempo_shared->nunserved_more > 0)
+		coming = false;			/* not all are known: assume the worst */
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			coming = true;
+	SpinLockRelease(&idempo_shared->mutex);
+	return coming;
+}
+
 /* Asks the launcher not to start a sweeper for a database before "until". */
 void
 idempo_hold_database(Oid database_id, TimestampTz until)
@@ -395,6 +433,8 @@ idempo_workers(PG_FUNCTION_ARGS)
 	pid_t		launcher_pid;
 	uint64		launcher_rounds;
 	TimestampTz launcher_round_at;
+	IdempoUnserved unserved[IDEMPO_UNSERVED_MAX];
+	int			nunserved;
 
 	require_shared("idempo.workers()");
 	InitMaterializedSRF(fcinfo, 0);
@@ -407,6 +447,8 @@ idempo_workers(PG_FUNCTION_ARGS)
 	launcher_pid = idempo_shared->launcher_pid;
 	launcher_rounds = idempo_shared->launcher_rounds;
 	launcher_round_at = idempo_shared->launcher_round_at;
+	nunserved = idempo_shared->nunserved;
+	memcpy(unserved, idempo_shared->unserved, sizeof(IdempoUnserved) * nunserved);
 	SpinLockRelease(&idempo_shared->mutex);
 
 	if (launcher_pid != 0)
@@ -439,6 +481,22 @@ idempo_workers(PG_FUNCTION_ARGS)
 		nulls[6] = slots[i].last_round_at == 0;
 		values[7] = TimestampTzGetDatum(slots[i].next_round_at);
 		nulls[7] = slots[i].next_round_at == 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+
+	/*
+	 * Databases the launcher could not serve: 'no_slot' where idempo is
+	 * known to be installed, 'not_looked_at' where there was no slot even to
+	 * look (it may have no idempo).
+	 */
+	for (i = 0; i < nunserved; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {false, false, true, false, true, true, true, true};
+
+		values[0] = CStringGetTextDatum("unserved");
+		values[1] = ObjectIdGetDatum(unserved[i].database_id);
+		values[3] = CStringGetTextDatum(unserved[i].known_idempo ? "no_slot" : "not_looked_at");
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -303,7 +303,8 @@ CREATE FUNCTION idempo.reset_counters() RETURNS void
     AS 'MODULE_PATHNAME', 'idempo_reset_counters'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- The background worker's processes: the launcher and one sweeper per database served.
+-- The background worker's processes: the launcher and one sweeper per database served; and the
+-- databases it should serve but found no worker slot for (kind 'unserved', pid NULL).
 CREATE FUNCTION idempo.workers()
     RETURNS TABLE (kind text, database_id oid, pid integer, state text, rounds bigint,
                    wakeups bigint, last_round_at timestamptz, next_round_at timestamptz)
