@@ -11,8 +11,11 @@
  * invalidation queue overflowed.  The callback only sets a flag.
  *
  * This file is the bottom of idempo's own lookups: it calls nothing of
- * replication.c, plans.c or scope_cache.c, which all build on it (the scope
- * cache watches idempo.scopes with a callback of its own).
+ * replication.c, plans.c or scope_cache.c, which all build on it.  It owns
+ * idempo's one relcache callback (PostgreSQL has room for only ten in a
+ * backend, and Citus takes most of them): the scope cache, the direct
+ * writes' layout and the replication check watch through
+ * idempo_catalog_watch_relcache().
  *
  *-------------------------------------------------------------------------
  */
@@ -67,10 +70,18 @@ static const char *const supported_versions[] = {"0.1.0", "0.2.0", "0.3.0"};
 static IdempoCatalog catalog;
 static bool catalog_valid = false;
 
+/* What else watches the relcache through our callback (scope cache, direct writes, replication). */
+static idempo_relcache_watcher relcache_watchers[4];
+static int	nrelcache_watchers = 0;
+
 /* Relcache invalidation: one of our tables changed, or everything did. */
 static void
 idempo_relcache_callback(Datum arg, Oid relid)
 {
+	int			i;
+
+	for (i = 0; i < nrelcache_watchers; i++)
+		relcache_watchers[i] (relid);
 	if (!catalog_valid)
 		return;
 	if (relid == InvalidOid || relid == catalog.scopes_relid ||
@@ -82,6 +93,15 @@ void
 idempo_catalog_register_callbacks(void)
 {
 	CacheRegisterRelcacheCallback(idempo_relcache_callback, (Datum) 0);
+}
+
+/* Calls watcher(relid) on every relcache invalidation, from our one callback (see the header). */
+void
+idempo_catalog_watch_relcache(idempo_relcache_watcher watcher)
+{
+	if (nrelcache_watchers >= lengthof(relcache_watchers))
+		elog(FATAL, "too many idempo relcache watchers");
+	relcache_watchers[nrelcache_watchers++] = watcher;
 }
 
 /*

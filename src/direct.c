@@ -115,7 +115,7 @@ static struct
 static bool callback_registered = false;
 
 static void
-direct_relcache_callback(Datum arg, Oid relid)
+direct_relcache_callback(Oid relid)
 {
 	if (relid == InvalidOid || relid == layout.relid)
 		layout.valid = false;
@@ -253,7 +253,7 @@ open_operations(bool for_write)
 		return NULL;
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(direct_relcache_callback, (Datum) 0);
+		idempo_catalog_watch_relcache(direct_relcache_callback);	/* catalog.c's one callback */
 		callback_registered = true;
 	}
 	relid = idempo_catalog()->operations_relid;

@@ -129,6 +129,8 @@ extern IdempoStatus idempo_status_from_datum(Datum d);
 extern Datum idempo_status_datum(IdempoStatus s);
 extern Datum idempo_outcome_datum(IdempoOutcome o);
 extern void idempo_catalog_register_callbacks(void);
+typedef void (*idempo_relcache_watcher) (Oid relid);
+extern void idempo_catalog_watch_relcache(idempo_relcache_watcher watcher);
 
 /* ---- plans.c: kept SPI plans, prepared on first use ---- */
 

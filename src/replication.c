@@ -77,7 +77,7 @@ subscription_rel_changed(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 static void
-relation_changed(Datum arg, Oid relid)
+relation_changed(Oid relid)
 {
 	int			i;
 
@@ -127,7 +127,7 @@ refresh(void)
 	if (!callbacks_registered)
 	{
 		CacheRegisterSyscacheCallback(SUBSCRIPTIONRELMAP, subscription_rel_changed, (Datum) 0);
-		CacheRegisterRelcacheCallback(relation_changed, (Datum) 0);
+		idempo_catalog_watch_relcache(relation_changed);	/* catalog.c's one callback */
 		callbacks_registered = true;
 	}
 	for (i = 0; i < lengthof(record_tables); i++)

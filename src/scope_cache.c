@@ -7,7 +7,7 @@
  * would add a statement to every call, so each backend keeps the scopes it
  * used in a hash table.  A statement trigger on idempo.scopes sends a
  * relcache invalidation for the table on commit (and locally at once), and
- * this file's relcache callback then marks the cache stale; a new one is
+ * a relcache callback (catalog.c's, which calls this file's watcher) marks the cache stale; a new one is
  * built at the next lookup.  This is the mechanism PostgreSQL uses to keep
  * its own relcache coherent, with one difference: PostgreSQL reads the
  * invalidations other sessions sent only when it takes a lock it does not
@@ -64,7 +64,7 @@ static bool scope_cache_stale = false;
 
 /* Relcache invalidation: idempo.scopes changed (or was dropped), or everything did. */
 static void
-scope_cache_relcache_callback(Datum arg, Oid relid)
+scope_cache_relcache_callback(Oid relid)
 {
 	if (relid == InvalidOid || relid == scope_cache_relid)
 		scope_cache_stale = true;
@@ -73,7 +73,8 @@ scope_cache_relcache_callback(Datum arg, Oid relid)
 void
 idempo_scope_cache_register_callbacks(void)
 {
-	CacheRegisterRelcacheCallback(scope_cache_relcache_callback, (Datum) 0);
+	/* through catalog.c's callback: PostgreSQL's slots for them are few */
+	idempo_catalog_watch_relcache(scope_cache_relcache_callback);
 }
 
 /*
