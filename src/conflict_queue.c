@@ -89,14 +89,41 @@ unpin_unsubmitted(int code, Datum arg)
 	dsm_unpin_segment(DatumGetUInt32(arg));
 }
 
+/* Whether a sweeper serves the database; call with the mutex held. */
+static bool
+served_locked(Oid database_id)
+{
+	int			i;
+
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			return true;
+	return false;
+}
+
+/*
+ * At most half the slots hold requests for databases that no sweeper served
+ * when they were handed over: such a request may wait for a sweeper until a
+ * restart, and the served databases must always find a slot.
+ */
+#define UNSERVED_SLOTS_MAX (IDEMPO_CONFLICT_SLOTS / 2)
+
 static int
 take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
 {
 	int			slot = -1;
 	int			i;
 
+	bool		unserved;
+	int			held_unserved = 0;
+
 	SpinLockAcquire(&idempo_shared->mutex);
-	for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
+	unserved = !served_locked(MyDatabaseId);
+	if (unserved)
+		for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
+			if (slot_at(i)->state != CQ_FREE && slot_at(i)->for_unserved)
+				held_unserved++;
+	for (i = 0; i < IDEMPO_CONFLICT_SLOTS && !(unserved && held_unserved >= UNSERVED_SLOTS_MAX); i++)
 	{
 		IdempoConflictSlot *s = slot_at(i);
 
@@ -107,6 +134,7 @@ take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
 		s->database_id = MyDatabaseId;
 		s->handle = dsm_segment_handle(seg);
 		s->waited_for = (state == CQ_PENDING);
+		s->for_unserved = unserved;
 		slot = i;
 		break;
 	}
@@ -125,11 +153,17 @@ idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
 	slot = take_free_slot(seg, state);
 	if (slot < 0 && state == CQ_PENDING)
 	{
-		/* every slot is in use: wait until one is freed */
+		/*
+		 * Every slot is in use: wait a while for one to be freed, not
+		 * forever (slots held for databases no sweeper serves may stay held
+		 * until a restart); then the caller writes the row itself.
+		 */
+		TimestampTz give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), WAIT_PENDING_MS);
+
 		PG_ENSURE_ERROR_CLEANUP(unpin_unsubmitted, UInt32GetDatum(handle));
 		{
 			ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
-			while ((slot = take_free_slot(seg, state)) < 0)
+			while ((slot = take_free_slot(seg, state)) < 0 && GetCurrentTimestamp() < give_up)
 				(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
 												   PG_WAIT_EXTENSION);
 			ConditionVariableCancelSleep();
@@ -141,18 +175,6 @@ idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
 	else if (!idempo_wake_sweeper(MyDatabaseId))
 		idempo_wake_launcher();		/* nobody serves this database yet: start a sweeper */
 	return slot;
-}
-
-/* Whether a sweeper serves the database; call with the mutex held. */
-static bool
-served_locked(Oid database_id)
-{
-	int			i;
-
-	for (i = 0; i < idempo_shared->nslots; i++)
-		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
-			return true;
-	return false;
 }
 
 /*

@@ -23,10 +23,14 @@
  *	   subtransaction rolls back (to the next sweeper, if none serves the
  *	   database now).  A WARNING says that the conflict is kept only if the
  *	   transaction commits where that hand-over cannot be relied on: the
- *	   library is not preloaded, or no sweeper is registered for the
- *	   database and none is coming (it is not listed in idempo.databases, or
- *	   the launcher found no worker slot for it: the hand-over then waits in
- *	   shared memory for a slot, and a restart loses it).
+ *	   library is not preloaded, or no sweeper serves the database and none
+ *	   is coming (it is not listed in idempo.databases, or the launcher
+ *	   found no worker slot for it).  Then nothing is handed over: such a
+ *	   hand-over would hold a slot of the shared queue until a sweeper came,
+ *	   perhaps not before a restart.  Hand-overs for databases whose sweeper
+ *	   is only on its way take at most half the queue, and a claim waits at
+ *	   most a second for a free slot before it writes the row itself, so a
+ *	   served database always finds room and no claim waits forever.
  * Such a transaction cannot PREPARE (refuse_prepare): a prepared
  * transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps in
  * another session or after a restart, where nothing hands its row over.
@@ -346,8 +350,8 @@ refuse_prepare(void)
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 			 errmsg("cannot PREPARE a transaction that recorded conflict %lld on key \"%s\" in scope \"%s\" itself",
 					(long long) h->conflict_id, msg->data + msg->key_off, msg->data + msg->scope_off),
-			 errdetail("idempo's sweeper could not record the conflict in time (it waited for a lock), so the row is kept only if this transaction commits, and the outcome of a prepared transaction is not known here. The transaction is rolled back and the sweeper records the conflict."),
-			 errhint("Commit or roll back instead of preparing, or retry once the lock the sweeper met is gone.")));
+			 errdetail("No other process could record the conflict in time (the sweeper met a lock, or none has started for this database yet), so the row is kept only if this transaction commits, and the outcome of a prepared transaction is not known here. The transaction is rolled back and the conflict is handed to the sweeper."),
+			 errhint("Commit or roll back instead of preparing, or retry the transaction.")));
 }
 
 static void
@@ -422,7 +426,8 @@ handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * Whether a sweeper serves this database or is on its way (the launcher
- * had a slot for it), so that a hand-over is recorded.
+ * had a slot for it, or restarts a sweeper that exited), so that a
+ * hand-over is recorded.
  */
 static bool
 sweeper_coming(void)
@@ -497,24 +502,36 @@ idempo_record_conflict(const IdempoConflict *c)
 	idempo_spi_begin(&session);
 	id = insert_conflict_row(c, conflict_id);
 	idempo_spi_end(&session);
-	if (!reserve_handover(c, id))
+	/*
+	 * No hand-over where no sweeper serves the database or is coming (not
+	 * listed, or no worker slot for it): it would hold a slot of the shared
+	 * queue until a sweeper came, perhaps not before a restart.  Say so now
+	 * instead.  (Hand-overs to a sweeper on its way are capped at half the
+	 * queue, conflict_queue.c, so that the served databases find a slot.)
+	 */
+	if (IsUnderPostmaster && idempo_shared != NULL && !sweeper_coming())
+	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+		bool		listed = dbname != NULL && idempo_database_listed(dbname);
+
+		ereport(WARNING,
+				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
+						c->key, c->scope),
+				 listed ?
+				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot), and no conflict recorder worker could record conflict %lld.",
+						   dbname, (long long) id) :
+				 errdetail("Database \"%s\" is not listed in idempo.databases, so no idempo sweeper serves it, and no conflict recorder worker could record conflict %lld.",
+						   dbname ? dbname : "?", (long long) id),
+				 listed ?
+				 errhint("If this transaction rolls back, the conflict is not kept. Raise max_worker_processes: idempo needs one slot for its launcher, one for each database with idempo and one more.") :
+				 errhint("If this transaction rolls back, the conflict is not kept. Add the database to idempo.databases.")));
+	}
+	else if (!reserve_handover(c, id))
 		ereport(WARNING,
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
 				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
 				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
-	else if (!sweeper_coming())
-	{
-		/* handed to the next sweeper, but none is coming: maybe never recorded */
-		char	   *dbname = get_database_name(MyDatabaseId);
-
-		ereport(WARNING,
-				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
-						c->key, c->scope),
-				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot, or the database is not listed in idempo.databases), and no conflict recorder worker could record conflict %lld.",
-						   dbname ? dbname : "?", (long long) id),
-				 errhint("If this transaction rolls back, the conflict is recorded only if a sweeper starts for this database before the server restarts. Raise max_worker_processes (one slot for the launcher, one per database with idempo, and one more).")));
-	}
 	return id;
 }
 

@@ -347,6 +347,7 @@ typedef struct IdempoConflictSlot
 	Oid			database_id;
 	dsm_handle	handle;
 	bool		waited_for;		/* a claim waits for the answer (else the slot frees itself) */
+	bool		for_unserved;	/* no sweeper served its database when it was handed over */
 	pid_t		taken_by;		/* the sweeper recording it */
 	TimestampTz not_before;		/* PENDING: try again no sooner (it met a lock) */
 	bool		recorded;		/* DONE: the row is committed */
@@ -396,6 +397,7 @@ extern void idempo_shmem_install_hooks(void);
 extern void idempo_count(IdempoCounter counter, uint64 n);
 extern bool idempo_slot_register(Oid database_id);
 extern pid_t idempo_sweeper_pid(Oid database_id);
+extern bool idempo_sweeper_coming(Oid database_id);
 extern void idempo_hold_database(Oid database_id, TimestampTz until);
 extern bool idempo_database_held(Oid database_id, TimestampTz now);
 extern void idempo_launcher_register(void);
@@ -407,7 +409,6 @@ extern void idempo_launcher_report_round(void);
 extern bool idempo_wake_sweeper(Oid database_id);
 extern bool idempo_sweeper_serving(Oid database_id);
 extern void idempo_publish_unserved(const IdempoUnserved *unserved, int n);
-extern bool idempo_sweeper_coming(Oid database_id);
 
 /* ---- guc.c ---- */
 

@@ -6,8 +6,11 @@
 #  - a conflicting claim there whose transaction rolls back, while no recorder worker can start
 #    either, warns that its conflict is kept only if the transaction commits (before, it returned
 #    a conflict_id, queued the row for a sweeper that never came and said nothing);
-#  - once a slot is free, the launcher starts a sweeper there and it records the handed-over
-#    conflict under the id the claim returned.
+#  - hundreds of such conflicts hold no slot of the shared queue: a conflict in a served database
+#    is still recorded and kept after its rollback (the queue used to fill up, and such a claim
+#    then waited forever);
+#  - once a slot is free, the launcher starts a sweeper there, and a conflict is recorded by it
+#    under the id the claim returns, without a warning.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -57,6 +60,32 @@ like($stderr, qr/WARNING:  conflict on key "order-1" in scope "s" is recorded in
 like($stderr, qr/No idempo sweeper serves database "$db"/, 'saying why');
 is($node->safe_psql($db, 'SELECT count(*) FROM idempo.conflicts'), '0', 'no row after the rollback');
 
+# Many more of them (300 rolled-back conflicts, one subtransaction each) hold no slot of the
+# shared queue (256 slots): a conflict in a served database is still recorded at once and kept
+# after its rollback (the queue used to fill up, and such a claim then waited forever).
+$node->safe_psql($db, q{SET client_min_messages = error;
+DO $$
+BEGIN
+    FOR i IN 1 .. 300 LOOP
+        BEGIN
+            PERFORM idempo.claim('s', 'order-1', jsonb_build_object('qty', 100 + i));
+            RAISE EXCEPTION 'roll back';
+        EXCEPTION WHEN raise_exception THEN NULL;
+        END;
+    END LOOP;
+END $$;});
+my $served_db = $served[0];
+$node->safe_psql($served_db, q{SELECT idempo.create_scope('s2');
+SELECT outcome FROM idempo.claim('s2', 'k', '{"q":1}', complete_on_commit => true);});
+my ($out2, $err2);
+$node->psql($served_db, q{SET statement_timeout = '30s'; BEGIN;
+SELECT outcome FROM idempo.claim('s2', 'k', '{"q":2}');
+ROLLBACK;}, stdout => \$out2, stderr => \$err2);
+is($out2, 'conflict', "a conflicting claim in the served database $served_db is answered");
+unlike($err2, qr/WARNING|ERROR/, 'without a warning or an error');
+is($node->safe_psql($served_db, 'SELECT count(*) FROM idempo.conflicts'), '1',
+   'and its conflict is kept after the rollback');
+
 # several rounds later, the launcher has not repeated itself
 my $rounds = $node->safe_psql($db, q{SELECT rounds FROM idempo.workers() WHERE kind = 'launcher'});
 $node->safe_psql($db, 'SELECT pg_reload_conf()') for 1 .. 3;
@@ -66,15 +95,20 @@ my $log = slurp_file($node->logfile);
 my $lines = () = $log =~ /idempo launcher could not (?:start a sweeper for|look whether) database "$db"/g;
 ok($lines >= 1 && $lines <= 2, "the launcher said it $lines time(s), not every round (once per state change)");
 
-# a slot frees (one served database is unlisted): the launcher serves $db, whose sweeper records
-# the conflict the rolled-back claim handed over
+# a slot frees (one served database is unlisted): the launcher serves $db, and a conflict there
+# is recorded by its sweeper, under the id the claim returns, and kept after a rollback
 my $listed = join(', ', $db, @served[1 .. $#served]);
 $node->safe_psql($db, qq{ALTER SYSTEM SET idempo.databases = '$listed'; SELECT pg_reload_conf();});
-ok($node->poll_query_until($db, 'SELECT count(*) = 1 FROM idempo.conflicts'),
-   "a sweeper started for $db records the handed-over conflict");
-is($node->safe_psql($db, 'SELECT id FROM idempo.conflicts'), $conflict_id, 'under the id the claim returned');
 ok($node->poll_query_until($db, "$unserved_row = 0"), "$db is no longer listed as unserved");
-ok($node->log_contains(qr/idempo launcher started a sweeper for database "$db"/), 'the launcher says it serves it now');
+$node->poll_query_until($db, q{SELECT count(*) = 1 FROM idempo.workers() w
+	WHERE w.kind = 'sweeper' AND w.database_id = (SELECT oid FROM pg_database WHERE datname = current_database())})
+  or die "no sweeper for $db";
+$node->psql($db, q{BEGIN;
+SELECT conflict_id FROM idempo.claim('s', 'order-1', '{"qty":3}');
+ROLLBACK;}, stdout => \$stdout, stderr => \$stderr, on_error_die => 1);
+unlike($stderr, qr/WARNING/, 'served now, the claim does not warn');
+is($node->safe_psql($db, 'SELECT id FROM idempo.conflicts'), $stdout, 'and the conflict is kept under its id');
+ok($node->log_contains(qr/idempo launcher (?:started a sweeper for|is looking whether) database "$db"/), 'the launcher says it serves it now');
 
 $node->stop;
 done_testing();
