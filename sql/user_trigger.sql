@@ -61,9 +61,16 @@ DROP FUNCTION public.nested_idempo();
 -- The stale generations are kept only until the outermost idempo call ends, not to the end of
 -- the transaction: a long transaction of claims amid scope changes keeps one cache, not one per
 -- change (it used to keep about 25 kB per change: 128 MB after 5000).
+-- Also after calls that ended in an error (they never closed their SPI session): one at the top
+-- level in an earlier transaction, one caught inside this one.
+SELECT idempo.claim('no.such.scope', 'k');
 BEGIN;
 DO $$
 BEGIN
+    BEGIN
+        PERFORM idempo.claim('no.such.scope', 'k');
+    EXCEPTION WHEN undefined_object THEN NULL;
+    END;
     FOR i IN 1 .. 50 LOOP
         PERFORM idempo.alter_scope('trg.inner', description => 'change ' || i);
         PERFORM idempo.claim('trg.inner', 'many-' || i);

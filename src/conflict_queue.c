@@ -311,6 +311,8 @@ idempo_cq_hand_over(int slot)
 	s->state = CQ_PENDING;
 	s->waited_for = false;
 	database_id = s->database_id;
+	/* it may wait for a sweeper from now on: counted against the cap if none serves the database now */
+	s->for_unserved = s->for_unserved || !served_locked(database_id);
 	SpinLockRelease(&idempo_shared->mutex);
 	if (!idempo_wake_sweeper(database_id))
 		idempo_wake_launcher();

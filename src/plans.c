@@ -29,10 +29,12 @@
  */
 #include "idempo.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "op_row.h"
@@ -405,23 +407,46 @@ idempo_spi_read_latest(IdempoPlanId id, Datum *values, const char *nulls, long t
 }
 
 /*
- * How many idempo SPI sessions are open in this backend (a user trigger on
- * idempo.operations can call idempo inside idempo), and memory that lives
- * until the outermost of them ends: what a nested call must not free under
- * its caller (the scope cache's stale generations) goes there, so that a
- * long transaction of many calls does not keep it all to its end.  The
- * context hangs under TopTransactionContext: a call that ended in an error
- * (its idempo_spi_end() never ran) leaves it to the transaction's end, and
- * its reset callback then forgets it and the count.
+ * The idempo SPI sessions open in this backend (a user trigger on
+ * idempo.operations can call idempo inside idempo), by the transaction nest
+ * level each was opened at, and memory that lives until the outermost of
+ * them ends: what a nested call must not free under its caller (the scope
+ * cache's stale generations) goes there, so that a long transaction of many
+ * calls does not keep it all to its end.  A call that ends in an error
+ * never reaches idempo_spi_end(): the sessions of an aborted subtransaction
+ * are forgotten when it aborts, all of them when the transaction ends, and
+ * the memory, which hangs under TopTransactionContext, goes with the
+ * transaction (its reset callback forgets it).
  */
-static int	spi_sessions_open = 0;
+static int *session_levels = NULL;
+static int	nsessions = 0;
+static int	maxsessions = 0;
 static MemoryContext outermost_call_cxt = NULL;
 
 static void
 outermost_call_cxt_gone(void *arg)
 {
 	outermost_call_cxt = NULL;
-	spi_sessions_open = 0;
+}
+
+static void
+sessions_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+		nsessions = 0;
+}
+
+static void
+sessions_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	while (nsessions > 0 && session_levels[nsessions - 1] >= level)
+		nsessions--;
 }
 
 /* Memory freed when the outermost open idempo SPI session ends (or its transaction does). */
@@ -442,6 +467,34 @@ idempo_spi_outermost_context(void)
 	return outermost_call_cxt;
 }
 
+static void
+session_opened(void)
+{
+	if (session_levels == NULL)
+	{
+		RegisterXactCallback(sessions_xact_callback, NULL);
+		RegisterSubXactCallback(sessions_subxact_callback, NULL);
+		maxsessions = 8;
+		session_levels = MemoryContextAlloc(TopMemoryContext, maxsessions * sizeof(int));
+	}
+	else if (nsessions == maxsessions)
+	{
+		maxsessions *= 2;
+		session_levels = repalloc(session_levels, maxsessions * sizeof(int));
+	}
+	session_levels[nsessions++] = GetCurrentTransactionNestLevel();
+}
+
+/* The outermost call is over: nothing above holds what was kept for it. */
+static void
+session_closed(void)
+{
+	if (nsessions > 0)
+		nsessions--;
+	if (nsessions == 0 && outermost_call_cxt != NULL)
+		MemoryContextDelete(outermost_call_cxt);	/* its callback forgets it */
+}
+
 /* Connects SPI and becomes the owner of idempo's tables. */
 void
 idempo_spi_begin(IdempoSpiSession *session)
@@ -453,7 +506,7 @@ idempo_spi_begin(IdempoSpiSession *session)
 	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
 	SetUserIdAndSecContext(owner, session->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
-	spi_sessions_open++;
+	session_opened();
 }
 
 /* Back to the caller's identity; disconnects SPI. */
@@ -463,11 +516,5 @@ idempo_spi_end(IdempoSpiSession *session)
 	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
-	/* the outermost call is over: nothing above holds what was kept for it */
-	if (--spi_sessions_open <= 0)
-	{
-		spi_sessions_open = 0;
-		if (outermost_call_cxt != NULL)
-			MemoryContextDelete(outermost_call_cxt);	/* its callback forgets it */
-	}
+	session_closed();
 }

@@ -304,7 +304,7 @@ BEGIN
                                                     days => extract(day FROM iv)::int)) < 0 THEN
             RAISE EXCEPTION '% of scope "%" has a part that runs backwards: %', p, s.name, iv
                 USING ERRCODE = '22023',
-                      HINT = 'Give every part with the same sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
+                      HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
         END IF;
     END LOOP;
     -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
@@ -360,7 +360,7 @@ BEGIN
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'cannot update idempo to 0.3.0: these scopes have an interval with a part that runs backwards: %', bad
             USING ERRCODE = '22023',
-                  HINT = 'Change them with idempo.alter_scope() so that every part of each interval is positive, then update.';
+                  HINT = 'Change them with idempo.alter_scope() so that no part of an interval is negative, then update.';
     END IF;
 END
 $$;

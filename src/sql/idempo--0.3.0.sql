@@ -415,7 +415,7 @@ BEGIN
                                                     days => extract(day FROM iv)::int)) < 0 THEN
             RAISE EXCEPTION '% of scope "%" has a part that runs backwards: %', p, s.name, iv
                 USING ERRCODE = '22023',
-                      HINT = 'Give every part with the same sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
+                      HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
         END IF;
     END LOOP;
     -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
