@@ -101,29 +101,14 @@ served_locked(Oid database_id)
 	return false;
 }
 
-/*
- * At most half the slots hold requests for databases that no sweeper served
- * when they were handed over: such a request may wait for a sweeper until a
- * restart, and the served databases must always find a slot.
- */
-#define UNSERVED_SLOTS_MAX (IDEMPO_CONFLICT_SLOTS / 2)
-
 static int
 take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
 {
 	int			slot = -1;
 	int			i;
 
-	bool		unserved;
-	int			held_unserved = 0;
-
 	SpinLockAcquire(&idempo_shared->mutex);
-	unserved = !served_locked(MyDatabaseId);
-	if (unserved)
-		for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
-			if (slot_at(i)->state != CQ_FREE && slot_at(i)->for_unserved)
-				held_unserved++;
-	for (i = 0; i < IDEMPO_CONFLICT_SLOTS && !(unserved && held_unserved >= UNSERVED_SLOTS_MAX); i++)
+	for (i = 0; i < IDEMPO_CONFLICT_SLOTS; i++)
 	{
 		IdempoConflictSlot *s = slot_at(i);
 
@@ -134,7 +119,6 @@ take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
 		s->database_id = MyDatabaseId;
 		s->handle = dsm_segment_handle(seg);
 		s->waited_for = (state == CQ_PENDING);
-		s->for_unserved = unserved;
 		slot = i;
 		break;
 	}
@@ -311,8 +295,6 @@ idempo_cq_hand_over(int slot)
 	s->state = CQ_PENDING;
 	s->waited_for = false;
 	database_id = s->database_id;
-	/* it may wait for a sweeper from now on: counted against the cap if none serves the database now */
-	s->for_unserved = s->for_unserved || !served_locked(database_id);
 	SpinLockRelease(&idempo_shared->mutex);
 	if (!idempo_wake_sweeper(database_id))
 		idempo_wake_launcher();

@@ -27,10 +27,10 @@
  *	   is coming (it is not listed in idempo.databases, or the launcher
  *	   found no worker slot for it).  Then nothing is handed over: such a
  *	   hand-over would hold a slot of the shared queue until a sweeper came,
- *	   perhaps not before a restart.  Hand-overs for databases whose sweeper
- *	   is only on its way take at most half the queue, and a claim waits at
- *	   most a second for a free slot before it writes the row itself, so a
- *	   served database always finds room and no claim waits forever.
+ *	   perhaps not before a restart.  A hand-over to a sweeper on its way
+ *	   (one exited and the launcher restarts it) is kept: it is recorded
+ *	   within seconds.  A claim waits at most a second for a free slot of
+ *	   the queue before it writes the row itself, so no claim waits forever.
  * Such a transaction cannot PREPARE (refuse_prepare): a prepared
  * transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps in
  * another session or after a restart, where nothing hands its row over.
@@ -506,8 +506,7 @@ idempo_record_conflict(const IdempoConflict *c)
 	 * No hand-over where no sweeper serves the database or is coming (not
 	 * listed, or no worker slot for it): it would hold a slot of the shared
 	 * queue until a sweeper came, perhaps not before a restart.  Say so now
-	 * instead.  (Hand-overs to a sweeper on its way are capped at half the
-	 * queue, conflict_queue.c, so that the served databases find a slot.)
+	 * instead.
 	 */
 	if (IsUnderPostmaster && idempo_shared != NULL && !sweeper_coming())
 	{

@@ -347,7 +347,6 @@ typedef struct IdempoConflictSlot
 	Oid			database_id;
 	dsm_handle	handle;
 	bool		waited_for;		/* a claim waits for the answer (else the slot frees itself) */
-	bool		for_unserved;	/* no sweeper served its database when it was taken or handed over */
 	pid_t		taken_by;		/* the sweeper recording it */
 	TimestampTz not_before;		/* PENDING: try again no sooner (it met a lock) */
 	bool		recorded;		/* DONE: the row is committed */
