@@ -324,6 +324,24 @@ idempo_database_held(Oid database_id, TimestampTz now)
 	return held;
 }
 
+/*
+ * The launcher is exiting: forget it before its PGPROC is released, as
+ * logical replication's launcher does, so that no wake-up sets the latch of
+ * a process slot that now belongs to another backend, and idempo.workers()
+ * does not show a dead pid as running until the next launcher starts.
+ */
+static void
+launcher_unregister(int code, Datum arg)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	if (idempo_shared->launcher_pid == MyProcPid)
+	{
+		idempo_shared->launcher_pid = 0;
+		idempo_shared->launcher_latch = NULL;
+	}
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
 /* The launcher announces itself, so others can wake it. */
 void
 idempo_launcher_register(void)
@@ -332,6 +350,7 @@ idempo_launcher_register(void)
 	idempo_shared->launcher_pid = MyProcPid;
 	idempo_shared->launcher_latch = &MyProc->procLatch;
 	SpinLockRelease(&idempo_shared->mutex);
+	before_shmem_exit(launcher_unregister, (Datum) 0);
 }
 
 /* Wakes the launcher to look at every database again now (e.g. after CREATE EXTENSION). */

@@ -144,6 +144,19 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.reviews WH
 ok($node->log_contains(qr/idempo sweeper: a sweep round in database "postgres" failed/), 'the failure was logged');
 pass('the worker carried on after failing rounds');
 
+# A terminated launcher leaves no trace in shared memory: once its process is gone,
+# idempo.workers() does not show its pid (it showed it as running until the next launcher
+# registered, 5 s later, and a wake-up could set the latch of the process slot's next owner);
+# then the next launcher is shown.
+my $old_launcher = $node->safe_psql('postgres', q{SELECT pid FROM idempo.workers() WHERE kind = 'launcher'});
+$node->safe_psql('postgres', qq{SELECT pg_terminate_backend($old_launcher)});
+$node->poll_query_until('postgres', qq{SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $old_launcher})
+  or die 'the launcher did not exit';
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM idempo.workers() WHERE pid = $old_launcher}), '0',
+   'the exited launcher is not listed');
+ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM idempo.workers()
+	WHERE kind = 'launcher' AND pid <> $old_launcher}), 'the next launcher is listed');
+
 is($node->safe_psql('postgres', 'SELECT count(*) FROM idempo.check_consistency()'), '0', 'consistent');
 $node->stop;
 ok(!$node->log_contains(qr/terminated by signal/), 'no process crashed');
