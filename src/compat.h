@@ -2,10 +2,10 @@
  *
  * compat.h
  *	  Every difference between the PostgreSQL majors idempo builds against
- *	  (15, 17 and 18), in one place.
+ *	  (15 to 19), in one place.
  *
  * Each difference is a macro or a small static inline named after the
- * newest API, so the rest of the code is written for PostgreSQL 18 and
+ * newest API, so the rest of the code is written for PostgreSQL 19 and
  * reads that way; this is the only file that tests PG_VERSION_NUM.  A macro
  * that keeps the name of the function it adapts expands to that function
  * with the older argument list (a function-like macro does not expand
@@ -59,13 +59,6 @@ typedef enum TU_UpdateIndexes
 	(simple_heap_update((relation), (otid), (tup)), \
 	 *(update_indexes) = HeapTupleIsHeapOnly(tup) ? TU_None : TU_All)
 
-/* onlySummarizing (16): before 16 no update leaves only summarizing indexes to fill */
-#define ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict, \
-							  arbiterIndexes, onlySummarizing) \
-	(AssertMacro(!(onlySummarizing)), \
-	 ExecInsertIndexTuples((resultRelInfo), (slot), (estate), (update), (noDupErr), \
-						   (specConflict), (arbiterIndexes)))
-
 /* relfilenodes became relfilelocators (16) */
 #define rd_firstRelfilelocatorSubid rd_firstRelfilenodeSubid
 
@@ -108,12 +101,78 @@ guc_malloc(int elevel, size_t size)
 	(AssertMacro((tupleid) == NULL), \
 	 ExecCheckIndexConstraints((resultRelInfo), (slot), (estate), (conflictTid), (arbiterIndexes)))
 
-/* instrument (18): EXPLAIN ANALYZE's counters for the scan; idempo passes NULL */
-#define index_beginscan(heapRelation, indexRelation, snapshot, instrument, nkeys, norderbys) \
-	(AssertMacro((instrument) == NULL), \
-	 index_beginscan((heapRelation), (indexRelation), (snapshot), (nkeys), (norderbys)))
-
 #endif							/* PG_VERSION_NUM < 180000 */
+
+/*
+ * PostgreSQL 19
+ */
+#if PG_VERSION_NUM < 190000
+
+#include "access/tableam.h"
+#include "utils/jsonb.h"
+
+/*
+ * ExecInsertIndexTuples (19): the booleans became a flags word, and the
+ * arguments were reordered.  Before 16 there is no onlySummarizing: no
+ * update leaves only summarizing indexes to fill.
+ */
+#define EIIT_IS_UPDATE			(1 << 0)
+#define EIIT_NO_DUPE_ERROR		(1 << 1)
+#define EIIT_ONLY_SUMMARIZING	(1 << 2)
+#if PG_VERSION_NUM < 160000
+#define ExecInsertIndexTuples(resultRelInfo, estate, flags, slot, arbiterIndexes, specConflict) \
+	(AssertMacro(((flags) & EIIT_ONLY_SUMMARIZING) == 0), \
+	 ExecInsertIndexTuples((resultRelInfo), (slot), (estate), ((flags) & EIIT_IS_UPDATE) != 0, \
+						   ((flags) & EIIT_NO_DUPE_ERROR) != 0, (specConflict), (arbiterIndexes)))
+#else
+#define ExecInsertIndexTuples(resultRelInfo, estate, flags, slot, arbiterIndexes, specConflict) \
+	ExecInsertIndexTuples((resultRelInfo), (slot), (estate), ((flags) & EIIT_IS_UPDATE) != 0, \
+						  ((flags) & EIIT_NO_DUPE_ERROR) != 0, (specConflict), (arbiterIndexes), \
+						  ((flags) & EIIT_ONLY_SUMMARIZING) != 0)
+#endif
+
+/*
+ * index_beginscan: instrument (18: EXPLAIN ANALYZE's counters; idempo
+ * passes NULL) and flags (19: scan options; idempo passes SO_NONE).
+ */
+#define SO_NONE 0
+#if PG_VERSION_NUM < 180000
+#define index_beginscan(heapRelation, indexRelation, snapshot, instrument, nkeys, norderbys, flags) \
+	(AssertMacro((instrument) == NULL && (flags) == SO_NONE), \
+	 index_beginscan((heapRelation), (indexRelation), (snapshot), (nkeys), (norderbys)))
+#else
+#define index_beginscan(heapRelation, indexRelation, snapshot, instrument, nkeys, norderbys, flags) \
+	(AssertMacro((flags) == SO_NONE), \
+	 index_beginscan((heapRelation), (indexRelation), (snapshot), (instrument), (nkeys), (norderbys)))
+#endif
+
+/*
+ * pushJsonbValue (19): builds into a JsonbInState, whose result is set
+ * when the outermost container is closed; before, it took the parse-state
+ * stack and returned the value (the whole one, on that last call).
+ */
+typedef struct JsonbInState
+{
+	JsonbValue *result;
+	JsonbParseState *parseState;
+} JsonbInState;
+
+static inline void
+idempo_push_jsonb_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *jbval)
+{
+	JsonbValue *v = pushJsonbValue(&state->parseState, seq, jbval);
+
+	if (state->parseState == NULL)
+		state->result = v;
+}
+#define pushJsonbValue(state, seq, jbval) idempo_push_jsonb_value((state), (seq), (jbval))
+
+/* signal handlers (19): they get the signal's information too, and pass it on */
+#define IDEMPO_SIGNAL_ARGS_PASS postgres_signal_arg
+
+#else
+#define IDEMPO_SIGNAL_ARGS_PASS postgres_signal_arg, pg_siginfo
+#endif							/* PG_VERSION_NUM < 190000 */
 
 /*
  * Whether synchronous standbys are defined, as the commit's wait for them

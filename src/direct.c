@@ -495,7 +495,7 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		xid = GetCurrentTransactionId();
 		token = SpeculativeInsertionLockAcquire(xid);
 		table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict, arbiters, false);
+		recheck = ExecInsertIndexTuples(rri, estate, EIIT_NO_DUPE_ERROR, slot, arbiters, &spec_conflict);
 		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
@@ -553,7 +553,7 @@ op_key_in_flux(const char *scope, const char *key)
 
 	InitDirtySnapshot(dirty);
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, index, &dirty, NULL, 2, 0);
+	scan = index_beginscan(rel, index, &dirty, NULL, 2, 0, SO_NONE);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -682,8 +682,9 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 		TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsHeapTuple);
 
 		ExecStoreHeapTuple(newtup, slot, false);
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL,
-										 update_indexes == TU_Summarizing));
+		list_free(ExecInsertIndexTuples(rri, estate,
+										 update_indexes == TU_Summarizing ? EIIT_ONLY_SUMMARIZING : 0,
+										 slot, NIL, NULL));
 		end_index_work(rri, estate);
 	}
 

@@ -165,29 +165,26 @@ idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 	return root;
 }
 
-static JsonbValue *push_pruned_object(JsonbParseState **state, JsonbContainer *obj,
-									  const IdempoIgnore *node);
+static void push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node);
 
 /* Pushes one value (a scalar or a container given as jbvBinary), pruned below node if an object. */
 static void
-push_value(JsonbParseState **state, JsonbIteratorToken seq, JsonbValue *v, const IdempoIgnore *node)
+push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoIgnore *node)
 {
 	if (node != NULL && node->nchildren > 0 && v->type == jbvBinary &&
 		JsonContainerIsObject(v->val.binary.data))
-		(void) push_pruned_object(state, v->val.binary.data, node);
+		push_pruned_object(state, v->val.binary.data, node);
 	else
-		(void) pushJsonbValue(state, seq, v);
+		pushJsonbValue(state, seq, v);
 }
 
 /*
  * Pushes an object without the fields node's children end on, entering the
- * ones they continue in.  Returns what closing the object returned (the
- * whole document, when it is the top).
+ * ones they continue in (closing the outermost sets state->result).
  */
-static JsonbValue *
-push_pruned_object(JsonbParseState **state, JsonbContainer *obj, const IdempoIgnore *node)
+static void
+push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node)
 {
-	JsonbValue *res = NULL;
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
@@ -202,16 +199,16 @@ push_pruned_object(JsonbParseState **state, JsonbContainer *obj, const IdempoIgn
 		switch (tok)
 		{
 			case WJB_BEGIN_OBJECT:
-				(void) pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
+				pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
 				break;
 			case WJB_END_OBJECT:
-				res = pushJsonbValue(state, WJB_END_OBJECT, NULL);
+				pushJsonbValue(state, WJB_END_OBJECT, NULL);
 				break;
 			case WJB_KEY:
 				child = node_child(node, v.val.string.val, v.val.string.len);
 				skip = child != NULL && child->terminal;
 				if (!skip)
-					(void) pushJsonbValue(state, WJB_KEY, &v);
+					pushJsonbValue(state, WJB_KEY, &v);
 				break;
 			case WJB_VALUE:
 				if (!skip)
@@ -221,22 +218,21 @@ push_pruned_object(JsonbParseState **state, JsonbContainer *obj, const IdempoIgn
 				elog(ERROR, "unexpected jsonb iterator token %d in an object", (int) tok);
 		}
 	}
-	return res;
 }
 
 /* The document without the ignored fields (itself when nothing is to be left out). */
 Jsonb *
 idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore)
 {
-	JsonbParseState *state = NULL;
-	JsonbValue *res;
+	JsonbInState state;
 
 	if (ignore == NULL || !JB_ROOT_IS_OBJECT(jb))
 		return jb;
-	res = push_pruned_object(&state, &jb->root, ignore);
-	if (res == NULL)
+	memset(&state, 0, sizeof(state));
+	push_pruned_object(&state, &jb->root, ignore);
+	if (state.result == NULL)
 		elog(ERROR, "pruning a jsonb object returned nothing");
-	return JsonbValueToJsonb(res);
+	return JsonbValueToJsonb(state.result);
 }
 
 /* Fingerprint of params under a compiled ignore list. */

@@ -24,6 +24,7 @@
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idempo_counters);
 PG_FUNCTION_INFO_V1(idempo_reset_counters);

@@ -38,6 +38,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -72,9 +73,9 @@ static void
 sweeper_sigterm(SIGNAL_ARGS)
 {
 	if (working)
-		die(postgres_signal_arg);
+		die(IDEMPO_SIGNAL_ARGS_PASS);
 	else
-		SignalHandlerForShutdownRequest(postgres_signal_arg);
+		SignalHandlerForShutdownRequest(IDEMPO_SIGNAL_ARGS_PASS);
 }
 
 /* Records what claims handed over, then leaves: they must not wait for the next sweeper. */
