@@ -55,13 +55,13 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "op_row.h"
@@ -405,7 +405,6 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		ans->outcome = decide_unknown(a, r, &took);
 		if (changed || took)
 			op_row_write(s->name, a->key, r);
-		/* after the write, which gave the transaction its id */
 		if (took)
 			verify_lease_taken(a, r);
 		return;
@@ -767,19 +766,14 @@ idempo_claim(PG_FUNCTION_ARGS)
 
 	/*
 	 * The lock on idempo.operations that the claim's write takes anyway,
-	 * taken before the scope is read and held to the end of the transaction
-	 * (see idempo_scope_get_for_write()): alter_scope() changes what decides
-	 * how a record is stored or scheduled (hash_keys, fingerprint_ignore,
-	 * retention, remember) only under a lock that conflicts with it.  So the
-	 * change either committed before this lock was granted, and the scope
-	 * read below shows it, or it waits for this transaction and then sees
-	 * (and checks, or reschedules) the record this claim writes.  A claim
-	 * that read the scope before such a change therefore never writes after
-	 * it, and needs no second look at the scope.  A read-only claim writes
-	 * nothing and takes no lock.  wait => false must not queue behind a lock
-	 * on the whole table either (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK
-	 * TABLE, alter_scope): that is not 'busy' (nobody holds the key), so it is
-	 * refused, as NOWAIT does, once the arguments are checked.
+	 * taken before the scope is read, as idempo_scope_get_for_write() does
+	 * and for the reason it gives: a claim that read the scope before an
+	 * alter_scope() of how records are stored or scheduled never writes
+	 * after it.  A read-only claim writes nothing and takes no lock.
+	 * wait => false must not queue behind a lock on the whole table either
+	 * (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK TABLE, alter_scope):
+	 * that is not 'busy' (nobody holds the key), so it is refused, as NOWAIT
+	 * does, once the arguments are checked.
 	 */
 	if (!a.read_only)
 	{

@@ -89,18 +89,6 @@ unpin_unsubmitted(int code, Datum arg)
 	dsm_unpin_segment(DatumGetUInt32(arg));
 }
 
-/* Whether a sweeper serves the database; call with the mutex held. */
-static bool
-served_locked(Oid database_id)
-{
-	int			i;
-
-	for (i = 0; i < idempo_shared->nslots; i++)
-		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
-			return true;
-	return false;
-}
-
 static int
 take_free_slot(dsm_segment *seg, IdempoConflictSlotState state)
 {
@@ -159,6 +147,18 @@ idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
 	else if (!idempo_wake_sweeper(MyDatabaseId))
 		idempo_wake_launcher();		/* nobody serves this database yet: start a sweeper */
 	return slot;
+}
+
+/* Whether a sweeper serves the database; call with the mutex held. */
+static bool
+served_locked(Oid database_id)
+{
+	int			i;
+
+	for (i = 0; i < idempo_shared->nslots; i++)
+		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			return true;
+	return false;
 }
 
 /*

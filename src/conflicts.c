@@ -425,19 +425,6 @@ handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * Whether a sweeper serves this database or is on its way (the launcher
- * had a slot for it, or restarts a sweeper that exited), so that a
- * hand-over is recorded.
- */
-static bool
-sweeper_coming(void)
-{
-	char	   *dbname = get_database_name(MyDatabaseId);
-
-	return dbname != NULL && idempo_database_listed(dbname) && idempo_sweeper_coming(MyDatabaseId);
-}
-
-/*
  * After the claim wrote the conflict in its own transaction: reserves a
  * slot so that the sweeper records it if this (sub)transaction rolls back.
  * False if that cannot be arranged (no sweeper, no free slot).
@@ -490,6 +477,8 @@ idempo_record_conflict(const IdempoConflict *c)
 	int64		id = 0;
 	bool		lock_timeout = false;
 	IdempoSpiSession session;
+	char	   *dbname;
+	bool		listed;
 
 	if (IsUnderPostmaster && idempo_shared != NULL && idempo_sweeper_pid(MyDatabaseId) != 0)
 	{
@@ -508,11 +497,9 @@ idempo_record_conflict(const IdempoConflict *c)
 	 * queue until a sweeper came, perhaps not before a restart.  Say so now
 	 * instead.
 	 */
-	if (IsUnderPostmaster && idempo_shared != NULL && !sweeper_coming())
-	{
-		char	   *dbname = get_database_name(MyDatabaseId);
-		bool		listed = dbname != NULL && idempo_database_listed(dbname);
-
+	dbname = get_database_name(MyDatabaseId);
+	listed = dbname != NULL && idempo_database_listed(dbname);
+	if (IsUnderPostmaster && idempo_shared != NULL && !(listed && idempo_sweeper_coming(MyDatabaseId)))
 		ereport(WARNING,
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
@@ -524,7 +511,6 @@ idempo_record_conflict(const IdempoConflict *c)
 				 listed ?
 				 errhint("If this transaction rolls back, the conflict is not kept. Raise max_worker_processes: idempo needs one slot for its launcher, one for each database with idempo and one more.") :
 				 errhint("If this transaction rolls back, the conflict is not kept. Add the database to idempo.databases.")));
-	}
 	else if (!reserve_handover(c, id))
 		ereport(WARNING,
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",

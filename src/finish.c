@@ -143,7 +143,8 @@ notice_attempts_used(const FinishArgs *f)
 {
 	OpRow		r;
 
-	if (f->to != STATUS_RETRYABLE || f->scope->max_attempts <= 0)
+	/* an attempt below the limit cannot have used it (the count starts at attempt_base >= 0) */
+	if (f->to != STATUS_RETRYABLE || f->scope->max_attempts <= 0 || f->attempt < f->scope->max_attempts)
 		return;
 	if (!op_row_read(f->scope->name, f->key, &r, OP_READ_PLAIN) ||
 		r.attempt - r.attempt_base < f->scope->max_attempts)

@@ -7,8 +7,8 @@
  * would add a statement to every call, so each backend keeps the scopes it
  * used in a hash table.  A statement trigger on idempo.scopes sends a
  * relcache invalidation for the table on commit (and locally at once), and
- * a relcache callback (catalog.c's, which calls this file's watcher) marks the cache stale; a new one is
- * built at the next lookup.  This is the mechanism PostgreSQL uses to keep
+ * a relcache callback (catalog.c's, which calls this file's watcher) marks
+ * the cache stale; a new one is built at the next lookup.  This is the mechanism PostgreSQL uses to keep
  * its own relcache coherent, with one difference: PostgreSQL reads the
  * invalidations other sessions sent only when it takes a lock it does not
  * hold yet, and a transaction that already claimed holds every lock a claim

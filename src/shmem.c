@@ -281,8 +281,8 @@ idempo_publish_unserved(const IdempoUnserved *unserved, int n)
  * Whether a sweeper serves a database or is on its way: one is registered,
  * or a launcher runs that has not found itself without a worker slot for
  * it.  (Whether the database is listed in idempo.databases the caller
- * checks.)  A conflict handed over while none is coming waits in shared
- * memory for as long as no slot frees, and a restart loses it.
+ * checks.)  A claim hands a conflict over only where one is coming
+ * (conflicts.c).
  */
 bool
 idempo_sweeper_coming(Oid database_id)
