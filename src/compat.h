@@ -170,8 +170,18 @@ idempo_push_jsonb_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue 
 /* signal handlers (19): they get the signal's information too, and pass it on */
 #define IDEMPO_SIGNAL_ARGS_PASS postgres_signal_arg
 
+/*
+ * Which of the unique indexes matching ON CONFLICT's columns it infers as
+ * arbiters (infer_arbiter_indexes): before 19 only valid ones; from 19 on
+ * also one that takes inserts but is not valid (being built or rebuilt
+ * concurrently, or left so by a failed CREATE INDEX or REINDEX
+ * CONCURRENTLY), beside a valid one.
+ */
+#define IDEMPO_ON_CONFLICT_INFERS(index) ((index)->indisvalid)
+
 #else
 #define IDEMPO_SIGNAL_ARGS_PASS postgres_signal_arg, pg_siginfo
+#define IDEMPO_ON_CONFLICT_INFERS(index) ((index)->indisready)
 #endif							/* PG_VERSION_NUM < 190000 */
 
 /*

@@ -123,8 +123,12 @@ direct_relcache_callback(Oid relid)
 
 /*
  * Whether an index is one that ON CONFLICT (scope, key) infers as an
- * arbiter (infer_arbiter_indexes): valid, unique, immediate, no predicate,
- * no expressions, and on exactly the columns scope and key.
+ * arbiter (infer_arbiter_indexes): unique, immediate, no predicate, no
+ * expressions, on exactly the columns scope and key, and valid -- or, from
+ * PostgreSQL 19 on, at least taking inserts (src/compat.h): the copy a
+ * REINDEX CONCURRENTLY of the primary key builds, or left behind when it
+ * failed, is then an arbiter beside the primary key, and first claims
+ * racing on it are decided, not a unique violation, as through SQL.
  */
 static bool
 index_is_arbiter(Relation rel, Form_pg_index index, HeapTuple tuple)
@@ -132,7 +136,7 @@ index_is_arbiter(Relation rel, Form_pg_index index, HeapTuple tuple)
 	int			scope_att = layout.attidx[A_SCOPE] + 1;
 	int			key_att = layout.attidx[A_KEY] + 1;
 
-	if (!index->indisunique || !index->indisvalid || !index->indimmediate ||
+	if (!index->indisunique || !IDEMPO_ON_CONFLICT_INFERS(index) || !index->indimmediate ||
 		index->indnkeyatts != 2 ||
 		!heap_attisnull(tuple, Anum_pg_index_indpred, NULL) ||
 		!heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
@@ -148,8 +152,9 @@ index_is_arbiter(Relation rel, Form_pg_index index, HeapTuple tuple)
  * a user's extra unique index on (scope, key) is one, so that two first
  * claims racing on it are decided as through SQL, not by a unique
  * violation.  Also notes whether another index is unique or an exclusion
- * constraint: a user's on other columns, or the copy REINDEX CONCURRENTLY
- * builds of the primary key.  The insertion checks such an index without
+ * constraint: a user's on other columns, or (before PostgreSQL 19, or
+ * while it takes no inserts yet) the copy REINDEX CONCURRENTLY builds of
+ * the primary key.  The insertion checks such an index without
  * waiting for the arbiters' verdict, so a key that exists would raise a
  * unique violation there instead of being reported: the insert must
  * pre-check.
