@@ -135,4 +135,23 @@ SELECT regress.err($$SELECT (idempo.claim('dw', 'unique-1')).outcome$$);
 SELECT (idempo.claim('dw', 'unique-2')).outcome;
 DROP INDEX idempo.operations_key_scope_idx;
 
+-- a summarizing (BRIN) index on a column the finish sets, and none on the others it changes: from
+-- PostgreSQL 16 on the finish is a HOT update that adds entries to the summarizing indexes alone
+-- (before 16 it is not HOT, and every index gets one).  The record is found through the BRIN
+-- index, whose summary of the page was taken before the finish.
+CREATE INDEX operations_completed_brin ON idempo.operations USING brin (completed_at)
+    WITH (pages_per_range = 1, autosummarize = off);
+BEGIN;
+SELECT (idempo.claim('dw', 'summarized')).outcome;
+SELECT brin_summarize_new_values('idempo.operations_completed_brin') IS NOT NULL AS summarized;
+SELECT clock_timestamp() AS before_finish \gset
+SELECT idempo.complete('dw', 'summarized', result => '{"brin":true}');
+SELECT pg_stat_get_xact_tuples_hot_updated('idempo.operations'::regclass) = 1
+       OR current_setting('server_version_num')::int < 160000 AS hot_from_16;
+SET LOCAL enable_seqscan = off;
+SELECT key FROM (SELECT scope, key FROM idempo.operations WHERE completed_at >= :'before_finish' OFFSET 0) s
+ WHERE scope = 'dw';
+COMMIT;
+DROP INDEX idempo.operations_completed_brin;
+
 SELECT * FROM idempo.check_consistency();
