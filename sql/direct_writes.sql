@@ -152,6 +152,16 @@ SET LOCAL enable_seqscan = off;
 SELECT key FROM (SELECT scope, key FROM idempo.operations WHERE completed_at >= :'before_finish' OFFSET 0) s
  WHERE scope = 'dw';
 COMMIT;
+-- and no entry of the primary key points at the heap-only tuple (the HOT chain's root has the one)
+CREATE EXTENSION pageinspect;
+SELECT count(*) AS pkey_entries_at_heap_only
+  FROM idempo.operations o,
+       generate_series(1, pg_relation_size('idempo.operations_pkey') / current_setting('block_size')::int - 1) b,
+       bt_page_items('idempo.operations_pkey', b::int) i,
+       heap_page_items(get_raw_page('idempo.operations', (o.ctid::text::point)[0]::int)) h
+ WHERE o.key = 'summarized' AND i.htid = o.ctid
+   AND h.lp = (o.ctid::text::point)[1]::int AND (h.t_infomask2 & 32768) <> 0;
+DROP EXTENSION pageinspect;
 DROP INDEX idempo.operations_completed_brin;
 
 SELECT * FROM idempo.check_consistency();
