@@ -26,6 +26,16 @@ EXTRA_CLEAN  = results
 # PGXS does not track header dependencies; every object depends on our headers.
 $(OBJS): $(wildcard src/*.h)
 
+# The Perl TAP tests (test/tap/t: workers, crashes with kill -9, standbys, pg_upgrade) against the
+# installed server, as PGXS runs an extension's TAP tests; run it as a user other than root (initdb
+# refuses root).  One file: make prove_installcheck PROVE_TESTS=test/tap/t/001_worker.pl
+# (t/005_pg_upgrade.pl also needs IDEMPO_OLD_INSTALL, the previous major's installation.)
+PROVE_TESTS ?= test/tap/t/*.pl
+.PHONY: prove_installcheck
+prove_installcheck: export IDEMPO_TEST_SRC = $(abspath $(srcdir))/test
+prove_installcheck:
+	$(prove_installcheck)
+
 # The regression and isolation suites with every server process under Valgrind memcheck.
 .PHONY: valgrind-check
 valgrind-check:

@@ -6,7 +6,9 @@
  *
  * Each difference is a macro or a small static inline named after the
  * newest API, so the rest of the code is written for PostgreSQL 19 and
- * reads that way; this is the only file that tests PG_VERSION_NUM.  A macro
+ * reads that way; this is the only file that tests PG_VERSION_NUM (a
+ * change that minor releases made is decided at run time where it is used:
+ * durability.c).  A macro
  * that keeps the name of the function it adapts expands to that function
  * with the older argument list (a function-like macro does not expand
  * inside its own expansion), so the headers declaring those functions are
@@ -21,12 +23,15 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/tableam.h"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 150000
 #error "idempo needs PostgreSQL 15 or later"
@@ -85,6 +90,12 @@ guc_malloc(int elevel, size_t size)
 #if PG_VERSION_NUM < 170000
 #define INTERVAL_IS_NOBEGIN(i)	((void) (i), false)
 #define INTERVAL_IS_NOEND(i)	((void) (i), false)
+
+/*
+ * Named wait events of extensions (17): before, every wait of an extension
+ * shows in pg_stat_activity as the one event "Extension".
+ */
+#define WaitEventExtensionNew(wait_event_name) ((void) (wait_event_name), (uint32) PG_WAIT_EXTENSION)
 #endif
 
 /*
@@ -107,9 +118,6 @@ guc_malloc(int elevel, size_t size)
  * PostgreSQL 19
  */
 #if PG_VERSION_NUM < 190000
-
-#include "access/tableam.h"
-#include "utils/jsonb.h"
 
 /*
  * ExecInsertIndexTuples (19): the booleans became a flags word, and the
@@ -183,62 +191,5 @@ idempo_push_jsonb_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue 
 #define IDEMPO_SIGNAL_ARGS_PASS postgres_signal_arg, pg_siginfo
 #define IDEMPO_ON_CONFLICT_INFERS(index) ((index)->indisready)
 #endif							/* PG_VERSION_NUM < 190000 */
-
-/*
- * Whether synchronous standbys are defined, as the commit's wait for them
- * sees it (SyncRepWaitForLSN); call with SyncRepLock held.
- *
- * The minor releases of May 2025 (15.13, 16.9, 17.5; 18 from the start)
- * replaced WalSndCtl's bool sync_standbys_defined by the bits
- * sync_standbys_status in the same byte: bit 0 "published by the
- * checkpointer" (until then the backend's own synchronous_standby_names
- * decides), bit 1 "standbys defined".  The value 1 means "published: none"
- * there and "defined" before.  Minor upgrades do not rebuild extensions,
- * so which meaning the byte has is decided by the running server's version,
- * not by the headers this library was built with.
- */
-#include "replication/syncrep.h"
-#include "replication/walsender_private.h"
-
-#ifdef SYNC_STANDBY_DEFINED
-#define IDEMPO_SYNC_STANDBYS_BYTE sync_standbys_status
-#else
-#define IDEMPO_SYNC_STANDBYS_BYTE sync_standbys_defined
-#endif
-
-/* whether the running server has the bits (server_version_num, read once) */
-static inline bool
-idempo_server_has_sync_standbys_status(void)
-{
-	static int	has = -1;
-
-	if (has < 0)
-	{
-		const char *v = GetConfigOption("server_version_num", false, false);
-		int			num = v ? atoi(v) : PG_VERSION_NUM;
-		int			major = num / 10000,
-					minor = num % 10000;
-
-		has = major >= 18 || (major == 17 && minor >= 5) || (major == 16 && minor >= 9) ||
-			(major == 15 && minor >= 13);
-	}
-	return has;
-}
-
-static inline bool
-idempo_sync_standbys_defined(void)
-{
-	uint8		byte;
-
-	StaticAssertStmt(sizeof(((WalSndCtlData *) NULL)->IDEMPO_SYNC_STANDBYS_BYTE) == 1,
-					 "the synchronous standbys flag is one byte");
-	byte = *(volatile uint8 *) &WalSndCtl->IDEMPO_SYNC_STANDBYS_BYTE;
-	if (!idempo_server_has_sync_standbys_status())
-		return byte != 0;
-	/* not yet published by the checkpointer: the session's own setting decides */
-	if (!(byte & (1 << 0)))
-		return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
-	return (byte & (1 << 1)) != 0;
-}
 
 #endif							/* IDEMPO_COMPAT_H */

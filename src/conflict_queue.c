@@ -58,6 +58,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -137,7 +138,7 @@ idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state)
 			ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
 			while ((slot = take_free_slot(seg, state)) < 0 && GetCurrentTimestamp() < give_up)
 				(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
-												   PG_WAIT_EXTENSION);
+												   idempo_wait_event(IDEMPO_WAIT_CONFLICT_SLOT));
 			ConditionVariableCancelSleep();
 		}
 		PG_END_ENSURE_ERROR_CLEANUP(unpin_unsubmitted, UInt32GetDatum(handle));
@@ -234,6 +235,8 @@ idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id)
 	*lock_timeout = false;
 	PG_ENSURE_ERROR_CLEANUP(stop_waiting, Int32GetDatum(slot));
 	{
+		uint32		wait_event = idempo_wait_event(IDEMPO_WAIT_CONFLICT_RECORDED);
+
 		ConditionVariablePrepareToSleep(&idempo_shared->conflicts_cv);
 		for (;;)
 		{
@@ -258,7 +261,7 @@ idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id)
 			if (GetCurrentTimestamp() >= give_up_at && withdraw(slot))
 				break;
 			(void) ConditionVariableTimedSleep(&idempo_shared->conflicts_cv, WAIT_CHECK_MS,
-											   PG_WAIT_EXTENSION);
+											   wait_event);
 		}
 		ConditionVariableCancelSleep();
 	}

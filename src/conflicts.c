@@ -42,6 +42,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -59,7 +60,6 @@
 #include "utils/syscache.h"
 #include "utils/snapmgr.h"
 
-PGDLLEXPORT void idempo_conflict_recorder_main(Datum main_arg);
 
 #define NO_OFFSET ((Size) -1)
 #define RECORD_LOCK_TIMEOUT "200ms"	/* the recorder does not queue behind a reviewer */
@@ -265,18 +265,23 @@ idempo_record_conflict_request(dsm_segment *seg, bool *recorded, bool *lock_time
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		*lock_timeout = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+		/*
+		 * A lock wait that ran out is expected (the claim then writes the row
+		 * itself) and not logged; any other error goes to the log whole, as
+		 * do_autovacuum reports its errors, before it is cleared.
+		 */
+		HOLD_INTERRUPTS();
+		*lock_timeout = geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE;
 		if (!*lock_timeout)
-			ereport(LOG,
-					(errmsg("idempo could not record a conflict on key \"%s\" in scope \"%s\": %s",
-							c.key, c.scope, edata->message)));
-		FreeErrorData(edata);
+		{
+			errcontext("idempo could not record a conflict on key \"%s\" in scope \"%s\"",
+					   c.key, c.scope);
+			EmitErrorReport();
+		}
+		AbortOutOfAnyTransaction();
+		FlushErrorState();
+		MemoryContextSwitchTo(cxt);
+		RESUME_INTERRUPTS();
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);

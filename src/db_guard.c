@@ -15,6 +15,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "catalog/pg_database.h"
@@ -66,7 +67,9 @@ release_database(const char *name)
 		if (waited == 0)
 			(void) kill(pid, SIGTERM);
 		CHECK_FOR_INTERRUPTS();
-		pg_usleep(10000L);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 idempo_wait_event(IDEMPO_WAIT_SWEEPER_EXIT));
+		ResetLatch(MyLatch);
 	}
 }
 

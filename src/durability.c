@@ -29,10 +29,65 @@
 #include "idempo.h"
 
 #include "access/xact.h"
+#include "replication/syncrep.h"
 #include "replication/walsender.h"
+#include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "utils/guc.h"
 
-#include "compat.h"
+/*
+ * Whether synchronous standbys are defined, as the commit's wait for them
+ * sees it (SyncRepWaitForLSN); call with SyncRepLock held.
+ *
+ * The minor releases of May 2025 (15.13, 16.9, 17.5; 18 from the start)
+ * replaced WalSndCtl's bool sync_standbys_defined by the bits
+ * sync_standbys_status in the same byte: bit 0 "published by the
+ * checkpointer" (until then the backend's own synchronous_standby_names
+ * decides), bit 1 "standbys defined".  The value 1 means "published: none"
+ * there and "defined" before.  Minor upgrades do not rebuild extensions,
+ * so which meaning the byte has is decided by the running server's version,
+ * not by the headers this library was built with.
+ */
+#ifdef SYNC_STANDBY_DEFINED
+#define IDEMPO_SYNC_STANDBYS_BYTE sync_standbys_status
+#else
+#define IDEMPO_SYNC_STANDBYS_BYTE sync_standbys_defined
+#endif
+
+/* whether the running server has the bits (server_version_num, read once) */
+static inline bool
+idempo_server_has_sync_standbys_status(void)
+{
+	static int	has = -1;
+
+	if (has < 0)
+	{
+		const char *v = GetConfigOption("server_version_num", false, false);
+		int			num = v ? atoi(v) : PG_VERSION_NUM;
+		int			major = num / 10000,
+					minor = num % 10000;
+
+		has = major >= 18 || (major == 17 && minor >= 5) || (major == 16 && minor >= 9) ||
+			(major == 15 && minor >= 13);
+	}
+	return has;
+}
+
+static inline bool
+idempo_sync_standbys_defined(void)
+{
+	uint8		byte;
+
+	StaticAssertStmt(sizeof(((WalSndCtlData *) NULL)->IDEMPO_SYNC_STANDBYS_BYTE) == 1,
+					 "the synchronous standbys flag is one byte");
+	byte = *(volatile uint8 *) &WalSndCtl->IDEMPO_SYNC_STANDBYS_BYTE;
+	if (!idempo_server_has_sync_standbys_status())
+		return byte != 0;
+	/* not yet published by the checkpointer: the session's own setting decides */
+	if (!(byte & (1 << 0)))
+		return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+	return (byte & (1 << 1)) != 0;
+}
 
 /* Why the commit would not wait for a synchronous standby; NULL if it would. */
 static const char *

@@ -56,6 +56,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "storage/itemptr.h"
+#include "utils/array.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -189,7 +191,6 @@ extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
 typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
 
-#include "utils/array.h"
 extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
 extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
 extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
@@ -243,7 +244,6 @@ extern void idempo_sha256(const uint8 *data, size_t len, uint8 *digest_out);
 
 /* ---- clock.c ---- */
 
-#include "utils/guc.h"
 extern char *idempo_clock_offset;
 extern bool idempo_clock_offset_check(char **newval, void **extra, GucSource source);
 extern void idempo_clock_offset_assign(const char *newval, void *extra);
@@ -284,13 +284,7 @@ typedef void (*idempo_sweep_tally_fn) (const char *scope, const IdempoSweepCount
 extern void idempo_sweep_batch(int batch, TimestampTz now, Oid actor, IdempoSweepCounts *total,
 							   idempo_sweep_tally_fn tally, void *tally_arg);
 
-/* ---- shmem.c: present only with shared_preload_libraries = 'idempo' ---- */
-
-#include "port/atomics.h"
-#include "storage/condition_variable.h"
-#include "storage/dsm.h"
-#include "storage/latch.h"
-#include "storage/spin.h"
+/* ---- shmem.c: counters, present only with shared_preload_libraries = 'idempo' ---- */
 
 typedef enum IdempoCounter
 {
@@ -304,110 +298,15 @@ typedef enum IdempoCounter
 	NUM_COUNTERS
 } IdempoCounter;
 
-typedef enum IdempoWorkerState
-{
-	WORKER_STARTING,
-	WORKER_IDLE,
-	WORKER_SWEEPING,
-	WORKER_DISABLED,
-	WORKER_SUBSCRIBER			/* the database's records come from a publisher: not swept */
-} IdempoWorkerState;
-
-typedef struct IdempoWorkerSlot
-{
-	Oid			database_id;
-	pid_t		pid;			/* 0: free */
-	IdempoWorkerState state;
-	uint64		rounds;			/* sweep rounds done */
-	uint64		wakeups;		/* times it woke up, swept or not */
-	TimestampTz last_round_at;
-	TimestampTz next_round_at;
-	Latch	   *latch;			/* set to wake it (conflicts to record) */
-} IdempoWorkerSlot;
-
-/*
- * A conflict handed to the sweeper of its database for recording in the
- * sweeper's own transaction (conflict_queue.c).  The request itself is in
- * a pinned dynamic shared memory segment.
- */
-#define IDEMPO_CONFLICT_SLOTS 256
-
-typedef enum IdempoConflictSlotState
-{
-	CQ_FREE = 0,
-	CQ_RESERVED,				/* handed over only if the caller's (sub)transaction rolls back */
-	CQ_PENDING,					/* for the sweeper to record */
-	CQ_TAKEN,					/* the sweeper is recording it */
-	CQ_DONE						/* recorded or refused; the waiting claim collects it */
-} IdempoConflictSlotState;
-
-typedef struct IdempoConflictSlot
-{
-	IdempoConflictSlotState state;
-	Oid			database_id;
-	dsm_handle	handle;
-	bool		waited_for;		/* a claim waits for the answer (else the slot frees itself) */
-	pid_t		taken_by;		/* the sweeper recording it */
-	TimestampTz not_before;		/* PENDING: try again no sooner (it met a lock) */
-	bool		recorded;		/* DONE: the row is committed */
-	bool		lock_timeout;	/* DONE, not recorded: a lock was not granted in time */
-	int64		conflict_id;
-} IdempoConflictSlot;
-
-/*
- * A database the launcher should serve but could not start a sweeper for
- * (no free worker slot), as it last published them; shown by
- * idempo.workers().  At most IDEMPO_UNSERVED_MAX are kept (the rest are
- * counted in nunserved_more).
- */
-#define IDEMPO_UNSERVED_MAX 64
-
-typedef struct IdempoUnserved
-{
-	Oid			database_id;
-	bool		known_idempo;	/* a sweeper served it before, or a conflict waits there */
-} IdempoUnserved;
-
-typedef struct IdempoShared
-{
-	slock_t		mutex;			/* protects everything but the counters */
-	pid_t		launcher_pid;
-	Latch	   *launcher_latch;
-	bool		recheck_requested;
-	uint64		extension_generation;	/* bumped by every CREATE EXTENSION idempo */
-	uint64		launcher_rounds;
-	TimestampTz launcher_round_at;
-	Oid			held_database;	/* a database DDL needs without connections */
-	TimestampTz held_until;
-	TimestampTz counters_reset_at;
-	pg_atomic_uint64 counters[NUM_COUNTERS];
-	ConditionVariable conflicts_cv;	/* broadcast when a conflict request is DONE */
-	IdempoConflictSlot conflict_slots[IDEMPO_CONFLICT_SLOTS];
-	int			nunserved;		/* published by the launcher after each round */
-	int			nunserved_more;	/* beyond IDEMPO_UNSERVED_MAX */
-	IdempoUnserved unserved[IDEMPO_UNSERVED_MAX];
-	int			nslots;
-	IdempoWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
-} IdempoShared;
-
-extern IdempoShared *idempo_shared;
-
+/* Sets up idempo's shared memory (the counters, the workers' slots, the conflict queue). */
 extern void idempo_shmem_install_hooks(void);
+/* Adds n to a counter of idempo.counters(); nothing without the shared memory. */
 extern void idempo_count(IdempoCounter counter, uint64 n);
-extern bool idempo_slot_register(Oid database_id);
-extern pid_t idempo_sweeper_pid(Oid database_id);
-extern bool idempo_sweeper_coming(Oid database_id);
-extern void idempo_hold_database(Oid database_id, TimestampTz until);
-extern bool idempo_database_held(Oid database_id, TimestampTz now);
-extern void idempo_launcher_register(void);
-extern void idempo_wake_launcher(void);
-extern bool idempo_take_recheck_request(void);
-extern uint64 idempo_extension_generation(void);
-extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz next_round_at);
-extern void idempo_launcher_report_round(void);
-extern bool idempo_wake_sweeper(Oid database_id);
-extern bool idempo_sweeper_serving(Oid database_id);
-extern void idempo_publish_unserved(const IdempoUnserved *unserved, int n);
+
+/*
+ * The rest of the shared memory, the launcher, the sweepers and the
+ * conflict queue are the worker layer's own: worker.h.
+ */
 
 /* ---- guc.c ---- */
 
@@ -425,9 +324,11 @@ extern bool idempo_database_listed(const char *name);
 
 extern void idempo_install_drop_hook(void);
 
-/* ---- launcher.c, sweeper.c, db_guard.c ---- */
+/* ---- launcher.c, db_guard.c: set up by _PG_init ---- */
 
-extern void idempo_register_launcher(void);
+/* Defines the launcher's background worker (postmaster only, at load). */
+extern void idempo_register_launcher_worker(void);
+/* Makes DROP/ALTER DATABASE stop the database's sweeper first, and CREATE EXTENSION wake the launcher. */
 extern void idempo_install_utility_hook(void);
 
 /* ---- replication.c: databases that receive idempo's tables by logical replication ---- */
@@ -453,18 +354,6 @@ typedef struct IdempoConflict
 } IdempoConflict;
 
 extern int64 idempo_record_conflict(const IdempoConflict *conflict);
-extern void idempo_record_conflict_request(dsm_segment *seg, bool *recorded, bool *lock_timeout,
-										   int64 *conflict_id);
-
-/* ---- conflict_queue.c: conflicts recorded by the sweeper of their database ---- */
-
-extern int	idempo_cq_submit(dsm_segment *seg, IdempoConflictSlotState state);
-extern bool idempo_cq_wait(int slot, bool *lock_timeout, int64 *conflict_id);
-extern void idempo_cq_withdraw(int slot);
-extern void idempo_cq_hand_over(int slot);
-extern void idempo_cq_sweeper_started(void);
-extern bool idempo_cq_pending(Oid database_id);
-extern TimestampTz idempo_cq_serve(void);
 
 /* ---- audit.c ---- */
 

@@ -35,5 +35,5 @@ _PG_init(void)
 
 	idempo_shmem_install_hooks();
 	idempo_install_utility_hook();
-	idempo_register_launcher();
+	idempo_register_launcher_worker();
 }

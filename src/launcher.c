@@ -25,6 +25,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -46,23 +47,44 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-PGDLLEXPORT void idempo_launcher_main(Datum main_arg);
 
 #define LAUNCHER_RESTART 5			/* seconds */
 #define LAUNCHER_NAP_MS 10000		/* longest sleep between rounds */
 #define EXTENSION_RECHECK_MS 60000	/* look again at a database without the extension */
 #define UNSERVED_AFTER_MS 10000		/* without a slot this long: unserved (not a passing worker) */
 
+/*
+ * What the launcher knows of a database.  Every sweeper it starts first
+ * looks whether the database has idempo (a probe); the moves, all made in
+ * set_state():
+ *
+ *	 NEW, WAS_SERVED, WITHOUT_IDEMPO --a sweeper started--> PROBING
+ *	 PROBING --it found idempo and serves--> SERVED
+ *	 SERVED --it stopped--> WAS_SERVED: start one again at once (it was
+ *		terminated, stopped for database DDL, or idempo was dropped: the next
+ *		one leaves at once if there is no idempo any more)
+ *	 PROBING --it stopped--> WITHOUT_IDEMPO: look again after
+ *		EXTENSION_RECHECK_MS, or at once if a CREATE EXTENSION ran since the
+ *		probe started (it may have looked just before the extension was there)
+ */
+typedef enum DatabaseState
+{
+	DB_NEW,						/* not looked at yet */
+	DB_PROBING,					/* its sweeper runs and has not found idempo (yet) */
+	DB_SERVED,					/* its sweeper runs and serves it */
+	DB_WAS_SERVED,				/* its sweeper served it, then stopped */
+	DB_WITHOUT_IDEMPO			/* a sweeper looked and found no idempo */
+} DatabaseState;
+
 typedef struct ServedDatabase
 {
 	Oid			database_id;	/* hash key */
-	BackgroundWorkerHandle *handle;
+	DatabaseState state;
+	BackgroundWorkerHandle *handle; /* of its sweeper, while PROBING or SERVED */
 	TimestampTz next_start;		/* do not start a sweeper before this */
-	uint64		started_generation;	/* extension_generation when it was started */
+	uint64		started_generation; /* idempo_extension_generation() at the probe's start */
 	bool		seen;			/* still in pg_database and listed */
-	bool		has_idempo;		/* its running sweeper found the extension (else it is a probe) */
-	bool		known_idempo;	/* a sweeper found the extension here before: no probe needed */
-	bool		had_idempo;		/* a sweeper served it once (kept while none runs) */
+	/* what was said about worker slots (note_unserved, note_served) */
 	TimestampTz no_slot_since;	/* its starts fail for want of a slot since (0: they do not) */
 	bool		unserved;		/* no slot for UNSERVED_AFTER_MS: said once, published */
 	bool		unserved_known;	/* ... and whether it was known to have idempo when said */
@@ -70,8 +92,36 @@ typedef struct ServedDatabase
 
 static HTAB *served = NULL;
 
+/* The one place where a database's state changes (the moves: DatabaseState). */
+static void
+set_state(ServedDatabase *db, DatabaseState next)
+{
+	switch (next)
+	{
+		case DB_PROBING:
+			Assert(db->state != DB_PROBING && db->state != DB_SERVED);
+			db->started_generation = idempo_extension_generation();
+			break;
+		case DB_SERVED:
+			Assert(db->state == DB_PROBING);
+			break;
+		case DB_WAS_SERVED:
+			Assert(db->state == DB_SERVED);
+			db->next_start = 0;
+			break;
+		case DB_WITHOUT_IDEMPO:
+			Assert(db->state == DB_PROBING);
+			db->next_start = idempo_extension_generation() != db->started_generation ? 0 :
+				TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
+			break;
+		case DB_NEW:
+			elog(ERROR, "idempo launcher: no move back to a new database");
+	}
+	db->state = next;
+}
+
 void
-idempo_register_launcher(void)
+idempo_register_launcher_worker(void)
 {
 	BackgroundWorker worker;
 
@@ -103,11 +153,12 @@ start_sweeper(ServedDatabase *db, const char *name)
 	snprintf(worker.bgw_type, BGW_MAXLEN, "idempo sweeper");
 	worker.bgw_main_arg = ObjectIdGetDatum(db->database_id);
 	worker.bgw_notify_pid = MyProcPid;
-	db->started_generation = idempo_extension_generation();
 	/* the handle outlives this round's transaction */
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	started = RegisterDynamicBackgroundWorker(&worker, &db->handle);
 	MemoryContextSwitchTo(old);
+	if (started)
+		set_state(db, DB_PROBING);
 	return started;
 }
 
@@ -120,26 +171,13 @@ sweeper_running(ServedDatabase *db)
 		return false;
 	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
 	{
-		if (!db->has_idempo && idempo_sweeper_serving(db->database_id))
-			db->has_idempo = db->known_idempo = db->had_idempo = true;
+		if (db->state == DB_PROBING && idempo_sweeper_serving(db->database_id))
+			set_state(db, DB_SERVED);
 		return true;
 	}
 	pfree(db->handle);
 	db->handle = NULL;
-
-	/*
-	 * A sweeper that served the database stopped (terminated, stopped for
-	 * database DDL, or the extension was dropped): start one again at once;
-	 * it leaves at once if there is no idempo any more.  One that only
-	 * looked found no idempo: look again later, or at once if CREATE
-	 * EXTENSION ran since it started (it may have looked just before the
-	 * extension was there).
-	 */
-	db->next_start = (db->has_idempo || idempo_extension_generation() != db->started_generation) ? 0 :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), EXTENSION_RECHECK_MS);
-	if (!db->has_idempo)
-		db->had_idempo = false;	/* it only looked, and found no idempo */
-	db->has_idempo = db->known_idempo = false;
+	set_state(db, db->state == DB_SERVED ? DB_WAS_SERVED : DB_WITHOUT_IDEMPO);
 	return false;
 }
 
@@ -153,7 +191,7 @@ sweeper_running(ServedDatabase *db)
 static void
 note_unserved(ServedDatabase *db, const char *name, TimestampTz now)
 {
-	bool		known = db->had_idempo || idempo_cq_pending(db->database_id);
+	bool		known = db->state == DB_WAS_SERVED || idempo_cq_pending(db->database_id);
 
 	if (db->no_slot_since == 0)
 		db->no_slot_since = now;
@@ -258,11 +296,9 @@ launcher_round(bool recheck_all)
 		db = hash_search(served, &form->oid, HASH_ENTER, &found);
 		if (!found)
 		{
+			db->state = DB_NEW;
 			db->handle = NULL;
 			db->next_start = 0;
-			db->has_idempo = false;
-			db->known_idempo = false;
-			db->had_idempo = false;
 			db->no_slot_since = 0;
 			db->unserved = false;
 			db->unserved_known = false;
@@ -270,7 +306,7 @@ launcher_round(bool recheck_all)
 		db->seen = true;
 		if (sweeper_running(db))
 		{
-			if (!db->has_idempo)
+			if (db->state == DB_PROBING)
 				probing = true;
 			continue;
 		}
@@ -287,20 +323,18 @@ launcher_round(bool recheck_all)
 	table_close(rel, AccessShareLock);
 
 	/*
-	 * Start them outside the catalog scan.  A database whose sweeper has not
-	 * found idempo yet is only looked at: at most one such probe runs at a
-	 * time, so that looking at databases without idempo takes one worker
-	 * slot, not one per database (the launcher is woken when a probe ends).
+	 * Start them outside the catalog scan.  Every sweeper starts as a probe
+	 * (DatabaseState): at most one probe runs at a time, so that looking at
+	 * databases without idempo takes one worker slot, not one per database
+	 * (a sweeper wakes the launcher when it has found idempo, and a probe's
+	 * end wakes it too).
 	 */
 	forboth(lc1, start_dbs, lc2, start_names)
 	{
 		db = (ServedDatabase *) lfirst(lc1);
-		if (!db->known_idempo)
-		{
-			if (probing)
-				continue;
-			probing = true;
-		}
+		if (probing)
+			continue;
+		probing = true;
 		if (!no_slot && start_sweeper(db, (char *) lfirst(lc2)))
 		{
 			note_served(db, (char *) lfirst(lc2));
@@ -347,7 +381,7 @@ idempo_launcher_main(Datum main_arg)
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	idempo_launcher_register();
+	idempo_launcher_attach();
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(ServedDatabase);
@@ -379,7 +413,8 @@ idempo_launcher_main(Datum main_arg)
 		idempo_launcher_report_round();
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(idempo_sweep_interval_ms, LAUNCHER_NAP_MS), PG_WAIT_EXTENSION);
+						 Min(idempo_sweep_interval_ms, LAUNCHER_NAP_MS),
+						 idempo_wait_event(IDEMPO_WAIT_LAUNCHER_IDLE));
 		ResetLatch(MyLatch);
 	}
 }

@@ -13,6 +13,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -343,9 +344,9 @@ launcher_unregister(int code, Datum arg)
 	SpinLockRelease(&idempo_shared->mutex);
 }
 
-/* The launcher announces itself, so others can wake it. */
+/* The launcher announces itself, so others can wake it; launcher_unregister undoes it at exit. */
 void
-idempo_launcher_register(void)
+idempo_launcher_attach(void)
 {
 	SpinLockAcquire(&idempo_shared->mutex);
 	idempo_shared->launcher_pid = MyProcPid;

@@ -25,6 +25,7 @@
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -42,8 +43,6 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-
-PGDLLEXPORT void idempo_sweeper_main(Datum main_arg);
 
 typedef enum RoundResult
 {
@@ -183,18 +182,23 @@ sweep_round_guarded(void)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
+		/*
+		 * As do_autovacuum: the error goes to the log whole (SQLSTATE,
+		 * detail, hint, context), then the transaction is aborted and the
+		 * error state cleared, with interrupts held so that a SIGTERM cannot
+		 * leave either half done.
+		 */
+		HOLD_INTERRUPTS();
+		errcontext("idempo sweep round in database \"%s\"", dbname);
+		EmitErrorReport();
+		AbortOutOfAnyTransaction();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		RESUME_INTERRUPTS();
 		pgstat_report_activity(STATE_IDLE, NULL);
 		ereport(LOG,
-				(errmsg("idempo sweeper: a sweep round in database \"%s\" failed: %s",
-						dbname, edata->message),
+				(errmsg("idempo sweeper: a sweep round in database \"%s\" failed", dbname),
 				 errhint("The sweeper carries on; the next round tries again.")));
-		FreeErrorData(edata);
 		idempo_count(COUNTER_WORKER_ERRORS, 1);
 		round_moves = NIL;
 		return ROUND_FAILED;
@@ -300,7 +304,7 @@ idempo_sweeper_main(Datum main_arg)
 		now = GetCurrentTimestamp();
 		timeout_ms = wake > now ? (long) ((wake - now + 999) / 1000) : 0;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
+						 timeout_ms, idempo_wait_event(IDEMPO_WAIT_SWEEPER_IDLE));
 		ResetLatch(MyLatch);
 	}
 }

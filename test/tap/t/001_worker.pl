@@ -13,6 +13,7 @@ $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'idempo'
 idempo.sweep_interval = '300ms'
 max_worker_processes = 16
+log_error_verbosity = verbose
 });
 $node->start;
 $node->safe_psql('postgres', q{
@@ -26,6 +27,18 @@ SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' 
 }) or die 'no sweeper for database postgres';
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempo launcher'}),
    '1', 'the launcher is visible in pg_stat_activity');
+
+# while idle, each shows what it waits for: a named wait event from PostgreSQL 17 on
+# (WaitEventExtensionNew), the one event 'Extension' before
+my $named = $node->safe_psql('postgres', 'SHOW server_version_num') >= 170000;
+for my $w (['idempo sweeper', 'IdempoSweeperIdle'], ['idempo launcher', 'IdempoLauncherIdle']) {
+  my ($type, $event) = @$w;
+  $event = 'Extension' unless $named;
+  ok($node->poll_query_until('postgres', qq{
+SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = '$type' AND wait_event_type = 'Extension' AND wait_event = '$event'}),
+     "the $type waits as $event");
+}
 
 # an attempt that never completes: lease over -> unknown, retention over -> review; nobody calls sweep()
 $node->safe_psql('postgres', q{SELECT idempo.claim('w', 'lost-reply')});
@@ -104,6 +117,20 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE da
 is($node->safe_psql('plain', q{SELECT count(*) FROM pg_extension WHERE extname = 'idempo'}), '0',
    'and nothing was installed there');
 
+# A sweeper that served its database and was terminated is started again at once, not after
+# the minute the launcher waits before it looks again at a database that had no idempo
+# (EXTENSION_RECHECK_MS): a new one is there well within half of that.
+my $second_sweeper = $node->safe_psql('postgres', q{
+SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' AND datname = 'second'});
+$node->safe_psql('postgres', qq{SELECT pg_terminate_backend($second_sweeper)});
+{
+  local $PostgreSQL::Test::Utils::timeout_default = 30;
+  ok($node->poll_query_until('postgres', qq{
+SELECT count(*) = 1 FROM pg_stat_activity
+WHERE backend_type = 'idempo sweeper' AND datname = 'second' AND pid <> $second_sweeper}),
+     'a terminated sweeper of a served database is replaced at once');
+}
+
 # CREATE EXTENSION wakes the launcher: a sweeper comes at once
 $node->safe_psql('plain', 'CREATE EXTENSION idempo');
 $node->poll_query_until('postgres', q{
@@ -142,6 +169,10 @@ $node->safe_psql('postgres', q{ALTER TABLE idempo.reviews_away RENAME TO reviews
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM idempo.reviews WHERE key = 'during-error'})
   or die 'the worker did not survive the failing rounds';
 ok($node->log_contains(qr/idempo sweeper: a sweep round in database "postgres" failed/), 'the failure was logged');
+# the error itself is logged whole, as autovacuum logs its errors: SQLSTATE (log_error_verbosity
+# = verbose shows it), message and the round it happened in
+ok($node->log_contains(qr/ERROR:  42P01: relation "idempo\.reviews" does not exist.*\n(?:.*\n)*?.*CONTEXT:  .*idempo sweep round in database "postgres"/),
+   'the error is logged with its SQLSTATE and context');
 pass('the worker carried on after failing rounds');
 
 # A terminated launcher leaves no trace in shared memory: once its process is gone,
