@@ -94,8 +94,12 @@ my $waiter = $node->background_psql('db1', on_error_stop => 0);
 $waiter->query_until(qr/started/, q{\echo started
 SELECT outcome FROM idempo.claim('s', 'order-1', '{"qty":1, "n":"terminated"}');
 });
-$node->poll_query_until('db1', q{SELECT count(*) = 1 FROM pg_stat_activity
-	WHERE query LIKE '%"terminated"%' AND wait_event = 'Extension' AND backend_type = 'client backend'})
+# (the wait is named from PostgreSQL 17 on: wait_events.c)
+my $recorded_wait = $node->safe_psql('db1', 'SHOW server_version_num') >= 170000
+  ? 'IdempoConflictRecorded' : 'Extension';
+$node->poll_query_until('db1', qq{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE query LIKE '%"terminated"%' AND wait_event_type = 'Extension' AND wait_event = '$recorded_wait'
+	  AND backend_type = 'client backend'})
   or die 'the claim did not wait for the sweeper';
 $node->safe_psql('db1', q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	WHERE query LIKE '%"terminated"%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()});
