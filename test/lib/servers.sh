@@ -7,16 +7,43 @@
 # the host's network (loopback); /proc, /dev, /dev/pts and /dev/shm are mounted while a command
 # runs in it.  Nothing here touches the host's apt configuration.
 
-SUPPORTED_MAJORS="15 17 18"
+SUPPORTED_MAJORS="15 17 18 19"
 IDEMPO_CACHE=${IDEMPO_CACHE:-/var/cache/idempo}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-# The Debian release that packages a major (18: the development distribution).
+# The Debian release that packages a major (18: the development distribution; 19: experimental,
+# which is not a whole distribution but a few packages on top of sid: its chroot is a sid chroot
+# of its own, with experimental as an extra apt source, so that 18's and 19's runs each have one).
 debian_release_of() {
   case "$1" in
     15) echo bookworm ;;
     17) echo trixie ;;
     18) echo sid ;;
+    19) echo experimental ;;
+    *) return 1 ;;
+  esac
+}
+
+# The distribution debootstrap makes a release's chroot from.
+debootstrap_suite_of() { case "$1" in experimental) echo sid ;; *) echo "$1" ;; esac; }
+
+# apt_pin_of MAJOR: for a release on top of the bootstrapped one, an apt preferences stanza
+# that takes the major's own packages (and the libpq they need) from it and nothing else: not
+# "apt-get -t experimental", which takes every package of the transaction that experimental
+# has from there (a perl transition in experimental made that uninstallable).
+apt_pin_of() {
+  case "$(debian_release_of "$1")" in
+    experimental) printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=experimental\nPin-Priority: 990\n' "$1" "$1" "$1" ;;
+  esac
+}
+
+# Base packages that Debian builds for each major (pgTAP, pg_cron) lag behind a new major: when
+# the archive has none for it, ensure_chroot builds them from Debian's source package of the
+# extension (the source name for each such package; none for anything else).
+debian_source_of() {
+  case "$1" in
+    postgresql-*-pgtap) echo pgtap ;;
+    postgresql-*-cron) echo pg-cron ;;
     *) return 1 ;;
   esac
 }
@@ -51,8 +78,12 @@ ensure_chroot() {
     command -v debootstrap >/dev/null || ensure_packages debootstrap
     log "building the $rel chroot for PostgreSQL $m in $dir (once per machine)"
     rm -rf "$new"
-    debootstrap --variant=minbase "$rel" "$new" "$DEBIAN_MIRROR" >"$IDEMPO_CACHE/chroots/$rel.debootstrap.log" 2>&1 \
+    debootstrap --variant=minbase "$(debootstrap_suite_of "$rel")" "$new" "$DEBIAN_MIRROR" \
+      >"$IDEMPO_CACHE/chroots/$rel.debootstrap.log" 2>&1 \
       || { tail -20 "$IDEMPO_CACHE/chroots/$rel.debootstrap.log" >&2; return 1; }
+    # a release on top of the bootstrapped one (experimental): its source, used only with -t
+    [ "$(debootstrap_suite_of "$rel")" = "$rel" ] ||
+      echo "deb $DEBIAN_MIRROR $rel main" >"$new/etc/apt/sources.list.d/idempo-$rel.list"
     # packages must not start services, and the server package must not create a cluster
     printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"; chmod 755 "$new/usr/sbin/policy-rc.d"
     mkdir -p "$new/etc/postgresql-common"
@@ -61,6 +92,8 @@ ensure_chroot() {
     mv "$new" "$dir"
   fi
   cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null
+  if [ -n "$(apt_pin_of "$m")" ]; then apt_pin_of "$m" >"$dir/etc/apt/preferences.d/idempo-$rel"
+  else rm -f "$dir/etc/apt/preferences.d/idempo-$rel"; fi
   # it shares the host's network, so it trusts the certificate authorities the host trusts
   # (e.g. a proxy's, on the way to the npm registry)
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
@@ -75,15 +108,85 @@ ensure_chroot() {
   printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; "--force-unsafe-io"; };' \
     'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/90idempo"
   # shellcheck disable=SC2046
-  in_chroot "$m" bash -c '
-    missing=(); for p in "$@"; do
-      dpkg-query -W -f="\${Status}" "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
-    [ ${#missing[@]} -eq 0 ] && exit 0
-    echo "installing in the chroot: ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null' \
-    _ $(chroot_base_packages "$m")
+  in_chroot "$m" MAJOR="$m" RELEASE="$rel" SUITE="$(debootstrap_suite_of "$rel")" \
+    MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in $(chroot_base_packages "$m"); do
+      s=$(debian_source_of "$p") && printf '%s=%s ' "$p" "$s"; done)" \
+    bash -c "$CHROOT_INSTALL_SCRIPT" _ $(chroot_base_packages "$m")
 }
+
+# What ensure_chroot runs in the chroot (bash -c, the base packages as arguments; MAJOR, RELEASE,
+# SUITE, MIRROR, SOURCES in the environment).  It installs the missing ones (the major's own
+# packages from experimental for 19: apt_pin_of).  A
+# package the archive lacks (no candidate) is built from its Debian source package (SOURCES:
+# package=source) against the major's pg_config and installed with make; the build is marked
+# in /var/lib/idempo/from-source/PACKAGE (a warm run does not rebuild), and when it cannot be
+# had, /var/lib/idempo/unavailable/PACKAGE says why (the suite that needs it is then skipped
+# with that reason: ensure_pg_extension; tried again a day later).  Exits non-zero only when an available package failed
+# to install.
+CHROOT_INSTALL_SCRIPT='
+export DEBIAN_FRONTEND=noninteractive
+where="Debian $SUITE"; [ "$RELEASE" = "$SUITE" ] || where="Debian $SUITE and $RELEASE"
+state=/var/lib/idempo; mkdir -p "$state/from-source" "$state/unavailable"
+missing=(); for p in "$@"; do
+  # built from source, or found unavailable less than a day ago (retried after that)
+  [ -f "$state/from-source/$p" ] && continue
+  [ -n "$(find "$state/unavailable/$p" -mmin -1440 2>/dev/null)" ] && continue
+  dpkg-query -W -f="\${Status}" "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+[ ${#missing[@]} -eq 0 ] && exit 0
+apt-get update -qq >/dev/null || exit 1
+avail=(); absent=()
+for p in "${missing[@]}"; do
+  if [ -z "$(apt-cache policy "$p" 2>/dev/null | sed -n "s/^ *Candidate: //p" | grep -v "(none)")" ]; then absent+=("$p")
+  else avail+=("$p"); fi
+done
+if [ ${#avail[@]} -gt 0 ]; then
+  echo "installing in the chroot: ${avail[*]}" >&2
+  apt-get install -y -qq "${avail[@]}" >/dev/null || exit 1
+fi
+for p in "${absent[@]}"; do
+  src=; for ps in $SOURCES; do [ "${ps%%=*}" = "$p" ] && src=${ps#*=}; done
+  rm -f "$state/unavailable/$p"
+  if [ -z "$src" ]; then
+    echo "$p: not in the archive" >&2
+    echo "no package $p in $where" >"$state/unavailable/$p"; continue
+  fi
+  echo "$p is not in the archive: building it from Debian source package $src against PostgreSQL $MAJOR" >&2
+  # Debian sources of the bootstrapped distribution: a sources file of the chroot only
+  if [ ! -f /etc/apt/sources.list.d/idempo-src.list ]; then
+    echo "deb-src $MIRROR $SUITE main" >/etc/apt/sources.list.d/idempo-src.list
+    apt-get update -qq >/dev/null || exit 1
+  fi
+  command -v dpkg-source >/dev/null || apt-get install -y -qq dpkg-dev >/dev/null || exit 1
+  build=/usr/src/idempo-$src; rm -rf "$build"; mkdir -p "$build"; chown _apt "$build" 2>/dev/null
+  log=$build.log
+  what="Debian source $src $(apt-cache showsrc "$src" 2>/dev/null | sed -n "s/^Version: //p" | sort -V | tail -1)"
+  (cd "$build" && apt-get source -qq "$src") >"$log" 2>&1
+  dir=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -1)
+  # a mirror that has the upstream tarball but not the .dsc (seen): apt checked its hash, so
+  # build that, and say so
+  orig=$(find "$build" -maxdepth 1 -name "*.orig.tar.*" | head -1)
+  if [ -z "$dir" ] && [ -n "$orig" ] && tar -C "$build" -xf "$orig" >>"$log" 2>&1; then
+    dir=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -1)
+    what="$what (its upstream tarball ${orig##*/} only: the mirror had no .dsc, Debian changes not applied)"
+  fi
+  if [ -z "$dir" ]; then
+    echo "no package $p in $where, and $what could not be fetched: $(grep -m1 "^E:" "$log" |
+      sed -E "s/^E: //; s|https?://[^ ]*/||; s/ *\[IP[^]]*\]//; s/  +/ /g" | cut -c1-120)" >"$state/unavailable/$p"
+    cat "$state/unavailable/$p" >&2; continue
+  fi
+  pgc=/usr/lib/postgresql/$MAJOR/bin/pg_config
+  if (cd "$dir" && make PG_CONFIG="$pgc" USE_PGXS=1 && make PG_CONFIG="$pgc" USE_PGXS=1 install) >>"$log" 2>&1; then
+    echo "$what, built with make against $($pgc --version) on $(date -u +%FT%TZ)" >"$state/from-source/$p"
+    echo "$p: $(cat "$state/from-source/$p")" >&2
+    rm -rf "$build"
+  else
+    err=$(grep -m1 -E "error:|Error [0-9]|\*\*\*" "$log" | sed "s|$dir/||" | cut -c1-160)
+    echo "no package $p in $where, and $what does not build against PostgreSQL $MAJOR: ${err:-see $log in the chroot}" \
+      >"$state/unavailable/$p"
+    cat "$state/unavailable/$p" >&2
+  fi
+done
+exit 0'
 
 # Mounts what a process in the chroot needs; chroot_umount undoes it (also after a failure).
 CHROOT_MOUNTS=()
