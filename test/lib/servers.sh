@@ -81,7 +81,8 @@ ensure_chroot() {
     debootstrap --variant=minbase "$(debootstrap_suite_of "$rel")" "$new" "$DEBIAN_MIRROR" \
       >"$IDEMPO_CACHE/chroots/$rel.debootstrap.log" 2>&1 \
       || { tail -20 "$IDEMPO_CACHE/chroots/$rel.debootstrap.log" >&2; return 1; }
-    # a release on top of the bootstrapped one (experimental): its source, used only with -t
+    # a release on top of the bootstrapped one (experimental): its source, from which apt takes
+    # only the packages apt_pin_of names
     [ "$(debootstrap_suite_of "$rel")" = "$rel" ] ||
       echo "deb $DEBIAN_MIRROR $rel main" >"$new/etc/apt/sources.list.d/idempo-$rel.list"
     # packages must not start services, and the server package must not create a cluster
@@ -115,14 +116,13 @@ ensure_chroot() {
 }
 
 # What ensure_chroot runs in the chroot (bash -c, the base packages as arguments; MAJOR, RELEASE,
-# SUITE, MIRROR, SOURCES in the environment).  It installs the missing ones (the major's own
-# packages from experimental for 19: apt_pin_of).  A
-# package the archive lacks (no candidate) is built from its Debian source package (SOURCES:
-# package=source) against the major's pg_config and installed with make; the build is marked
-# in /var/lib/idempo/from-source/PACKAGE (a warm run does not rebuild), and when it cannot be
-# had, /var/lib/idempo/unavailable/PACKAGE says why (the suite that needs it is then skipped
-# with that reason: ensure_pg_extension; tried again a day later).  Exits non-zero only when an available package failed
-# to install.
+# SUITE, MIRROR, SOURCES in the environment).  It installs the missing ones (for 19 its own
+# packages come from experimental: apt_pin_of).  A package the archive lacks (no candidate) is
+# built from its Debian source package (SOURCES: package=source) against the major's pg_config
+# and installed with make; the build is marked in /var/lib/idempo/from-source/PACKAGE (a warm
+# run does not rebuild), and when it cannot be had, /var/lib/idempo/unavailable/PACKAGE says why
+# (the suite that needs it is then skipped with that reason: ensure_pg_extension; tried again a
+# day later).  Exits non-zero only when an available package failed to install.
 CHROOT_INSTALL_SCRIPT='
 export DEBIAN_FRONTEND=noninteractive
 where="Debian $SUITE"; [ "$RELEASE" = "$SUITE" ] || where="Debian $SUITE and $RELEASE"
