@@ -291,7 +291,9 @@ chroot_leftovers() {
     [ -z "$mounts$procs" ] && exit 0
     [ -n "$procs" ] && echo "left running: $(printf '%s\n' "$procs" | paste -sd ';' -)"
     [ -n "$mounts" ] && echo "left mounted: $(echo $mounts)"
+    # shellcheck disable=SC2046
     [ -n "$procs" ] && { kill $(printf '%s\n' "$procs" | cut -d' ' -f1) 2>/dev/null; sleep 2
+                          # shellcheck disable=SC2046
                           kill -9 $(chroot_processes "$dir" | cut -d' ' -f1) 2>/dev/null; }
     chroot_unmount_under "$dir"
     exit 1
