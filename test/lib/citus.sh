@@ -18,7 +18,7 @@ citus_version_for() {
 # tarball: the caller skips), 2 when it can but did not build or install (a failure).
 ensure_citus() {
   local ver vendor tarball stage cached build sharedir out curl_opt
-  ver=$(citus_version_for "$PG_MAJOR") || { echo "no Citus release supports PostgreSQL $PG_MAJOR"; return 1; }
+  ver=$(citus_version_for "$PG_MAJOR") || { echo "no Citus release supports PostgreSQL $PG_MAJOR yet (Citus 14.0.1 supports 16 to 18)"; return 1; }
   sharedir=$("$PGBIN/pg_config" --sharedir)
   # the build steps below are recipe $CITUS_RECIPE: a change of them makes a new cache entry
   cached=$IDEMPO_CACHE/citus/pg$PG_MAJOR-citus-$ver-r$CITUS_RECIPE.tar.gz

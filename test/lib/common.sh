@@ -31,6 +31,28 @@ ensure_packages() {
   apt_get_waiting install -y -qq --no-install-recommends "${missing[@]}" || die "apt-get install failed"
 }
 
+# ensure_pg_extension NAME PACKAGE: the extension NAME for the server under test, from Debian's
+# PACKAGE, or else from Debian's source package built in a chroot by ensure_chroot (servers.sh)
+# when the archive has no build for this major yet.  Prints why it cannot be had (one line) and
+# fails then: the suite that needs it is skipped with that reason.
+ensure_pg_extension() {
+  local ext=$1 pkg=$2 cand
+  if [ -f "$("$PGBIN/pg_config" --sharedir)/extension/$ext.control" ]; then
+    [ -f "/var/lib/idempo/from-source/$pkg" ] && log "$ext: $(cat "/var/lib/idempo/from-source/$pkg")"
+    return 0
+  fi
+  if [ -f "/var/lib/idempo/unavailable/$pkg" ]; then cat "/var/lib/idempo/unavailable/$pkg"; return 1; fi
+  cand=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+    [ "$(id -u)" -eq 0 ] && apt_get_waiting update -qq >/dev/null 2>&1
+    cand=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  fi
+  if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+    echo "no package $pkg in Debian $(host_release)'s archive"; return 1
+  fi
+  ( ensure_packages "$pkg" ) >&2 || { echo "$pkg did not install"; return 1; }
+}
+
 # apt-get ARGS, waiting while another apt or dpkg holds its locks (an unattended upgrade, or this
 # suite's other majors installing debootstrap at the same time) instead of failing: up to 20
 # minutes, then the error.  DPkg::Lock::Timeout covers dpkg's lock; the lists lock of
