@@ -52,6 +52,29 @@ workers_running() {
   return 1
 }
 
+# test_depends TEST: what debian/tests/control says TEST needs besides the package (@), one
+# package per line, each alternative resolved to the first one apt knows here
+test_depends() {
+  local dep alt name
+  awk -v t="$1" 'BEGIN { RS = ""; FS = "\n" }
+    { tests = ""; deps = ""; in_deps = 0
+      for (i = 1; i <= NF; i++) {
+        if ($i ~ /^Tests:/) { tests = $i; sub(/^Tests: */, "", tests); in_deps = 0 }
+        else if ($i ~ /^Depends:/) { in_deps = 1; d = $i; sub(/^Depends: */, "", d); deps = deps " " d }
+        else if ($i ~ /^[ \t]/ && in_deps) deps = deps " " $i
+        else in_deps = 0 }
+      if (tests == t) print deps }' "$HERE/src/debian/tests/control" | tr ',' '\n' |
+  while IFS= read -r dep; do
+    dep=$(echo "$dep" | sed 's/([^)]*)//g; s/^ *//; s/ *$//')
+    [ -z "$dep" ] || [ "$dep" = @ ] && continue
+    IFS='|' read -ra alts <<<"$dep"
+    for alt in "${alts[@]}"; do
+      name=$(echo "$alt" | tr -d ' ')
+      apt-cache show --no-all-versions "$name" >/dev/null 2>&1 && { echo "$name"; break; }
+    done
+  done
+}
+
 no_build_tools() {
   local found=() t
   for t in gcc cc c99 clang make; do command -v "$t" >/dev/null && found+=("$t"); done
@@ -98,8 +121,10 @@ install)
   fi
   grep -E 'tests passed|tests failed|^# All|^# [0-9]+ of|failed|worker:' "$HERE/installed.log" >&2
   # its dependencies (make, the server headers) come only now: the checks above ran without them
-  step "apt-get install make postgresql-server-dev-$M (debian/tests/control: installcheck)"
-  if ! apt_install make "postgresql-server-dev-$M"; then
+  deps=$(test_depends installcheck | paste -sd' ')
+  step "apt-get install $deps (debian/tests/control: installcheck)"
+  # shellcheck disable=SC2086
+  if [ -z "$deps" ] || ! apt_install $deps; then
     failed "could not install the installcheck test's dependencies"
   else
     step "debian/tests/installcheck"
