@@ -24,6 +24,13 @@ apt_install() {
   tail -20 "$HERE/apt.log" >&2
   return 1
 }
+# The server under test came from a suite apt does not prefer (APT_TARGET, e.g. experimental, and
+# the environment that built the package had no pin for it): pin the server's packages to it, as
+# a user does (apt-get -t would take every package it has, e.g. a newer perl, from there too).
+if [ -n "${APT_TARGET:-}" ]; then
+  printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=%s\nPin-Priority: 990\n' \
+    "$M" "$M" "$M" "$APT_TARGET" >/etc/apt/preferences.d/idempo-server
+fi
 deb_of() { ls "$HERE"/debs/postgresql-"$M"-idempo_"$1"_*.deb 2>/dev/null | head -1; }
 
 # The main cluster Debian's postgresql-M made when it was installed, as a user would set it up
