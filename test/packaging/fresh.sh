@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 FAILED=0
 ok() { echo "ok      $*"; }
 failed() { echo "FAILED  $*"; FAILED=1; }
-step() { echo "-- $*" >&2; }
+step() { echo "-- ${SECONDS}s: $*" >&2; }
 # a server left running would keep the environment busy: stop it however this ends
 trap 'pg_ctlcluster "$M" main stop -m immediate >/dev/null 2>&1' EXIT
 
