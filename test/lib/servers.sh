@@ -361,6 +361,8 @@ run_major_in_chroot() {
     src=$(mktemp -d "$dir/tmp/idempo-src.XXXXXX") || exit 1
     tar -C "$ROOT" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=results \
       --exclude=node_modules -cf - . | tar -C "$src" -xf - || exit 1
+    # the copy has no .git: the previous release's sources, for the package upgrade suite
+    "$ROOT/test/packaging/run" export-history "$src/.idempo-history" >/dev/null 2>&1
     env_args=(PG_MAJOR="$m" IDEMPO_ONE_MAJOR=1 IDEMPO_RESULTS="${src#"$dir"}/results.tsv"
               IDEMPO_COMMIT="$(git -c safe.directory='*' -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)")
     # pg_upgrade from the previous supported major: its server in this chroot too
