@@ -1,14 +1,8 @@
 -- The C functions the managed edition does not have yet: each refuses with 0A000, naming itself,
 -- so that the installer is complete and the API's shape (names, arguments, grants) is already
 -- the C edition's.  Each moves to a file of its own when it is written (docs/managed-edition.md).
-
-CREATE FUNCTION idempo.not_yet(what text) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-    RAISE EXCEPTION '% is not available in the managed edition yet', what
-        USING ERRCODE = '0A000', HINT = 'See docs/managed-edition.md for what the managed edition has.';
-END
-$$;
+-- (No shared helper: these are SECURITY INVOKER like the C functions, and a caller allowed to
+-- EXECUTE one of them has no EXECUTE on a helper.)
 
 CREATE FUNCTION idempo.claim(
     scope              text,
@@ -21,7 +15,10 @@ CREATE FUNCTION idempo.claim(
     complete_on_commit boolean     DEFAULT false)
     RETURNS idempo.claim_result
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.claim()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.claim() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.complete(
     scope      text,
@@ -31,7 +28,10 @@ CREATE FUNCTION idempo.complete(
     target_ref text    DEFAULT NULL)
     RETURNS idempo.status
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.complete()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.complete() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.fail(
     scope     text,
@@ -41,15 +41,10 @@ CREATE FUNCTION idempo.fail(
     retryable boolean DEFAULT true)
     RETURNS idempo.status
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.fail()'); END $$;
-
-CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
-    LANGUAGE plpgsql STABLE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.lookup()'); END $$;
-
-CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED AS $$
-BEGIN PERFORM idempo.not_yet('idempo.stored_key()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.fail() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.verify(
     scope      text,
@@ -60,7 +55,10 @@ CREATE FUNCTION idempo.verify(
     result     jsonb DEFAULT NULL)
     RETURNS idempo.status
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.verify()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.verify() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.verify(
     scope      text,
@@ -70,7 +68,10 @@ CREATE FUNCTION idempo.verify(
     result     jsonb DEFAULT NULL)
     RETURNS idempo.status
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.verify()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.verify() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.resolve(
     scope      text,
@@ -82,23 +83,38 @@ CREATE FUNCTION idempo.resolve(
     note       text  DEFAULT NULL)
     RETURNS idempo.status
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.resolve()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.resolve() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.request_review(scope text, key text, note text DEFAULT NULL)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.request_review()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.request_review() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
     RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 1 AS $$
-BEGIN PERFORM idempo.not_yet('idempo.sweep()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.sweep() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.counters()
     RETURNS TABLE (name text, value bigint, since timestamptz)
     LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.counters()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.counters() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;
 
 CREATE FUNCTION idempo.reset_counters() RETURNS void
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN PERFORM idempo.not_yet('idempo.reset_counters()'); END $$;
+BEGIN
+    RAISE EXCEPTION 'idempo.reset_counters() is not available in the managed edition yet' USING ERRCODE = '0A000',
+        HINT = 'docs/managed-edition.md lists what the managed edition has.';
+END $$;

@@ -1,0 +1,91 @@
+-- Scope and key arguments (src/keys.c, src/scope_cache.c) and the calls that only read: lookup,
+-- stored_key.  The C functions are SECURITY INVOKER and switch to the tables' owner inside; a
+-- PL/pgSQL function can only be SECURITY DEFINER for that, so current_user inside is the owner.
+-- allowed_role is checked against the caller (GetUserId()) in the C edition, which a SECURITY
+-- DEFINER function cannot see: until the edition has its answer, a scope with allowed_role is
+-- refused with 0A000 here rather than served without the check.
+
+-- The scope, by the C edition's argument checks and messages; p_write: a call that uses it
+-- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup).
+CREATE FUNCTION idempo.managed_scope(p_scope text, p_key text, p_write boolean) RETURNS idempo.scopes
+    LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    IF p_scope IS NULL THEN
+        RAISE EXCEPTION 'scope must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF btrim(p_scope, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION '%', CASE WHEN p_scope = '' THEN 'scope must not be empty' ELSE 'scope must not be only whitespace' END
+            USING ERRCODE = '22023', HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF octet_length(p_scope) > 128 THEN
+        RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(p_scope)
+            USING ERRCODE = '22023', HINT = 'No scope can have such a name; check the arguments'' order.';
+    END IF;
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = p_scope;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', p_scope USING ERRCODE = '42704',
+            HINT = format('Check the name; a role that may create scopes (docs/security.md) adds it with SELECT idempo.create_scope(''%s'', retention => ''24 hours'');', p_scope);
+    END IF;
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION 'key must not be NULL (scope "%")', s.name USING ERRCODE = '22004',
+            HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';
+    END IF;
+    IF btrim(p_key, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION '%', CASE WHEN p_key = '' THEN format('key must not be empty (scope "%s")', s.name)
+                                  ELSE format('key must not be only whitespace (scope "%s")', s.name) END
+            USING ERRCODE = '22023', HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';
+    END IF;
+    IF octet_length(p_key) > 1024 THEN
+        RAISE EXCEPTION 'key is % bytes long, the limit is 1024 (scope "%")', octet_length(p_key), s.name
+            USING ERRCODE = '22023',
+                  HINT = 'Build keys from business identifiers, or pass a digest of a long one: encode(sha256(convert_to(key, ''UTF8'')), ''hex'').'
+                         || CASE WHEN s.hash_keys THEN ' The limit applies to the clear key in hash_keys scopes too.' ELSE '' END;
+    END IF;
+    IF p_write AND NOT s.enabled THEN
+        RAISE EXCEPTION 'scope "%" is disabled (key "%"); its owner is %', s.name,
+            CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END,
+            coalesce(s.owner, 'not recorded')
+            USING ERRCODE = '55000',
+                  HINT = format('An old copy of a flow may still be running. Ask the scope''s owner before enabling it again with idempo.enable_scope(''%s'').', s.name);
+    END IF;
+    IF p_write IS NOT NULL AND s.allowed_role IS NOT NULL THEN
+        RAISE EXCEPTION 'scope "%" has allowed_role "%", which the managed edition does not check yet', s.name, s.allowed_role
+            USING ERRCODE = '0A000', HINT = 'docs/managed-edition.md lists what the managed edition has.';
+    END IF;
+    RETURN s;
+END
+$$;
+
+-- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
+CREATE FUNCTION idempo.managed_key(s idempo.scopes, p_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
+$$;
+
+-- managed-differs: security: reads idempo.scopes, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- p_write NULL: neither a use nor a read of the records (the C function checks no role)
+    RETURN idempo.managed_key(idempo.managed_scope(stored_key.scope, stored_key.key, NULL), stored_key.key);
+END
+$$;
+
+-- managed-differs: security: reads idempo.operations, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
+    LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes := idempo.managed_scope(lookup.scope, lookup.key, false);
+    o idempo.operations;
+BEGIN
+    SELECT * INTO o FROM idempo.operations AS x
+     WHERE x.scope = s.name AND x.key = idempo.managed_key(s, lookup.key);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN o;
+END
+$$;
