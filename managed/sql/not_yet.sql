@@ -4,48 +4,6 @@
 -- (No shared helper: these are SECURITY INVOKER like the C functions, and a caller allowed to
 -- EXECUTE one of them has no EXECUTE on a helper.)
 
-CREATE FUNCTION idempo.claim(
-    scope              text,
-    key                text,
-    params             jsonb       DEFAULT NULL,
-    fingerprint        bytea       DEFAULT NULL,
-    run_id             text        DEFAULT NULL,
-    intent_at          timestamptz DEFAULT NULL,
-    wait               boolean     DEFAULT true,
-    complete_on_commit boolean     DEFAULT false)
-    RETURNS idempo.claim_result
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.claim() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
-CREATE FUNCTION idempo.complete(
-    scope      text,
-    key        text,
-    attempt    integer DEFAULT NULL,
-    result     jsonb   DEFAULT NULL,
-    target_ref text    DEFAULT NULL)
-    RETURNS idempo.status
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.complete() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
-CREATE FUNCTION idempo.fail(
-    scope     text,
-    key       text,
-    attempt   integer DEFAULT NULL,
-    error     text    DEFAULT NULL,
-    retryable boolean DEFAULT true)
-    RETURNS idempo.status
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.fail() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
 CREATE FUNCTION idempo.verify(
     scope      text,
     key        text,
