@@ -385,6 +385,42 @@ BEGIN
 END
 $$;
 
+-- A scope's fingerprint_ignore, checked as the claim compiles it (fingerprint_rules.c with the
+-- scope's name: a list written into idempo.scopes behind check_scope()'s back is refused here)
+CREATE FUNCTION idempo.managed_check_ignore(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p text;
+    i int := 0;
+BEGIN
+    IF array_ndims(s.fingerprint_ignore) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].';
+    END IF;
+    IF cardinality(s.fingerprint_ignore) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_ignore of scope "%" has % paths, the limit is 256', s.name, cardinality(s.fingerprint_ignore)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.';
+    END IF;
+    FOREACH p IN ARRAY s.fingerprint_ignore LOOP
+        i := i + 1;
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF p = '' THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
+                USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is % bytes long, the limit is 1024', s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
+            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
+                USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- How a bad fingerprint argument is shown in errors (keys.c: idempo_bytea_arg_text)
 CREATE FUNCTION idempo.managed_bytea_text(b bytea) RETURNS text
     LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -476,6 +512,9 @@ BEGIN
         END IF;
         fp := claim.fingerprint;
     ELSIF params IS NOT NULL THEN
+        IF cardinality(s.fingerprint_ignore) > 0 THEN
+            PERFORM idempo.managed_check_ignore(s);
+        END IF;
         fp := idempo.fingerprint(params, s.fingerprint_ignore);
     END IF;
     IF s.require_fingerprint AND fp IS NULL THEN

@@ -1,9 +1,11 @@
 -- What the C edition does with the server's own machinery (GUCs, shared memory, the relcache, an
 -- event trigger, background workers), done with what a role that is not a superuser has.
 
--- idempo.clock_offset is a placeholder setting here (no library defines it), read at each call.
--- managed edition: any role can set it for its own session, where the C edition allows only a
--- superuser (docs/managed-edition.md lists it).
+-- idempo.clock_offset is a placeholder setting here (no library defines it, so any role can set
+-- it for its own session, where the C edition allows only a superuser): it is honoured only for
+-- a session user who is a member of the role that owns idempo's tables (the admin who installed
+-- it, as the tests run), and refused for anyone else, who could otherwise run leases out early
+-- and take over a key in flight.
 CREATE FUNCTION idempo.now() RETURNS timestamptz
     LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -11,6 +13,12 @@ DECLARE
 BEGIN
     IF off IS NULL OR off IN ('', '0') THEN
         RETURN clock_timestamp();
+    END IF;
+    IF NOT pg_has_role(session_user,
+                       (SELECT c.relowner FROM pg_class c WHERE c.oid = 'idempo.operations'::regclass), 'MEMBER') THEN
+        RAISE EXCEPTION 'idempo.clock_offset is set, and role "%" may not shift idempo''s clock', session_user
+            USING ERRCODE = '42501',
+                  HINT = 'RESET idempo.clock_offset: in the managed edition only members of the role that owns idempo''s tables may use it (tests).';
     END IF;
     -- on the calendar of UTC, as src/clock.c adds
     RETURN ((clock_timestamp() AT TIME ZONE 'UTC') + off::interval) AT TIME ZONE 'UTC';
