@@ -571,11 +571,10 @@ BEGIN
         record_conflict := d.record_conflict;
     END IF;
 
-    -- the audit log is a table: a read-only transaction answers without it.  managed edition: the
-    -- actor is session_user (the C edition: the calling role)
+    -- the audit log is a table: a read-only transaction answers without it
     IF s.audit AND NOT ro THEN
         INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
-        VALUES (t, s.name, k, claim.run_id, o.attempt, from_status, o.status, outcome, 'claim', session_user);
+        VALUES (t, s.name, k, claim.run_id, o.attempt, from_status, o.status, outcome, 'claim', idempo.managed_caller());
     END IF;
 
     -- not yet durable: recorded in the caller's transaction (conflicts.c records it in another)
@@ -697,7 +696,7 @@ BEGIN
     END IF;
     IF s.audit THEN
         INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
-        VALUES (t, s.name, k, o.run_id, a, o.status, p_to, NULL, p_verb, session_user);
+        VALUES (t, s.name, k, o.run_id, a, o.status, p_to, NULL, p_verb, idempo.managed_caller());
     END IF;
     -- the notice of finish.c: notice_attempts_used()
     IF p_to = 'retryable' AND s.max_attempts > 0 AND a >= s.max_attempts THEN

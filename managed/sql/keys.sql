@@ -1,9 +1,16 @@
 -- Scope and key arguments (src/keys.c, src/scope_cache.c) and the calls that only read: lookup,
 -- stored_key.  The C functions are SECURITY INVOKER and switch to the tables' owner inside; a
 -- PL/pgSQL function can only be SECURITY DEFINER for that, so current_user inside is the owner.
--- allowed_role is checked against the caller (GetUserId()) in the C edition, which a SECURITY
--- DEFINER function cannot see: until the edition has its answer, a scope with allowed_role is
--- refused with 0A000 here rather than served without the check.
+-- The caller that allowed_role and the audit log name is therefore the session's role: the role
+-- set with SET ROLE (the "role" setting, which only a member can set), else the session user.
+-- It differs from the C edition's (the current user) only for a call made from inside another
+-- SECURITY DEFINER function (docs/managed-edition.md).
+
+CREATE FUNCTION idempo.managed_caller() RETURNS name
+    LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
+                ELSE current_setting('role')::name END
+$$;
 
 -- The scope, by the C edition's argument checks and messages; p_write: a call that uses it
 -- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup).
@@ -51,9 +58,19 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = format('An old copy of a flow may still be running. Ask the scope''s owner before enabling it again with idempo.enable_scope(''%s'').', s.name);
     END IF;
+    -- allowed_role: for the calls that use (p_write) or read (NOT p_write) the scope's records
     IF p_write IS NOT NULL AND s.allowed_role IS NOT NULL THEN
-        RAISE EXCEPTION 'scope "%" has allowed_role "%", which the managed edition does not check yet', s.name, s.allowed_role
-            USING ERRCODE = '0A000', HINT = 'docs/managed-edition.md lists what the managed edition has.';
+        IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = s.allowed_role) THEN
+            RAISE EXCEPTION 'allowed_role "%" of scope "%" does not exist', s.allowed_role, s.name
+                USING ERRCODE = '42704',
+                      HINT = format('Recreate the role or change the scope with idempo.alter_scope(''%s'', allowed_role => ...).', s.name);
+        END IF;
+        IF NOT pg_has_role(idempo.managed_caller(), s.allowed_role, 'MEMBER') THEN
+            RAISE EXCEPTION 'role "%" may not use scope "%" (key "%")', idempo.managed_caller(), s.name,
+                CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
+                USING ERRCODE = '42501',
+                      HINT = format('Only members of role "%s" may claim, complete, fail, verify or look up keys in this scope.', s.allowed_role);
+        END IF;
     END IF;
     RETURN s;
 END

@@ -4,14 +4,6 @@
 -- (No shared helper: these are SECURITY INVOKER like the C functions, and a caller allowed to
 -- EXECUTE one of them has no EXECUTE on a helper.)
 
-CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
-    RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 1 AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.sweep() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
 CREATE FUNCTION idempo.counters()
     RETURNS TABLE (name text, value bigint, since timestamptz)
     LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$

@@ -114,7 +114,7 @@ BEGIN
     IF s.audit THEN
         INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
         VALUES (t, s.name, k, o.run_id, o.attempt, from_status, o.status, NULL,
-                CASE WHEN v_found THEN 'verify found' ELSE 'verify not found' END, session_user);
+                CASE WHEN v_found THEN 'verify found' ELSE 'verify not found' END, idempo.managed_caller());
     END IF;
     RETURN o.status;
 END
@@ -216,7 +216,7 @@ BEGIN
      WHERE r.scope = s.name AND r.key = k AND r.resolved_at IS NULL;
     IF s.audit THEN
         INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
-        VALUES (t, s.name, k, NULL, o.attempt, from_status, o.status, NULL, 'resolve', session_user);
+        VALUES (t, s.name, k, NULL, o.attempt, from_status, o.status, NULL, 'resolve', idempo.managed_caller());
     END IF;
     RETURN o.status;
 END
@@ -260,7 +260,7 @@ BEGIN
         PERFORM idempo.managed_write(o);
         IF s.audit THEN
             INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
-            VALUES (t, s.name, k, NULL, o.attempt, from_status, o.status, NULL, 'request_review', session_user);
+            VALUES (t, s.name, k, NULL, o.attempt, from_status, o.status, NULL, 'request_review', idempo.managed_caller());
         END IF;
     END IF;
     RETURN review;
