@@ -214,7 +214,32 @@ DECLARE
     expiry text;
 BEGIN
     record_conflict := false;
+    -- The key's lock, held to the end of the transaction: what the C edition reads from the
+    -- primary key with a dirty snapshot (direct.c), whether another transaction is inserting the
+    -- key, is not visible to SQL, and an INSERT would wait for it.  So every claim that may
+    -- insert takes a transaction-level advisory lock on the key first (a space of its own:
+    -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
+    -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
+    IF p_mode = 'wait' THEN
+        PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
+    ELSIF p_mode = 'nowait' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k)) THEN
+        SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+        outcome := 'busy';
+        RETURN;
+    END IF;
     FOR try IN 1 .. 3 LOOP
+        IF p_mode = 'nowait' THEN
+            -- a record someone holds (a complete() or the sweep in flight) is busy, without waiting
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                EXIT;
+            END IF;
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+            IF FOUND THEN
+                outcome := 'busy';
+                RETURN;
+            END IF;
+        END IF;
         -- a new key: one INSERT (a stale intent must first prove there is no record)
         IF NOT stale AND NOT ro THEN
             o := idempo.managed_new_row(s, k, p_now, p_fp, p_params, p_run_id, p_on_commit, false);
@@ -354,11 +379,15 @@ BEGIN
         -- one verifier at a time (claim.c: decide_unknown)
         IF o.lease_expires_at IS NOT NULL AND o.lease_expires_at > p_now THEN
             -- this transaction's own lease answers unknown again, another's busy
-            outcome := CASE WHEN to_regclass('pg_temp.idempo_txn_attempts') IS NOT NULL
-                                 AND EXISTS (SELECT FROM pg_temp.idempo_txn_attempts x
-                                             WHERE x.scope = s.name AND x.key = k AND x.kind = 'verify'
-                                               AND x.attempt = o.attempt AND x.lease_until = o.lease_expires_at)
-                            THEN 'unknown' ELSE 'busy' END;
+            outcome := 'busy';
+            IF to_regclass('pg_temp.idempo_txn_attempts') IS NOT NULL THEN
+                PERFORM idempo.managed_txn_table();
+                IF EXISTS (SELECT FROM pg_temp.idempo_txn_attempts x
+                           WHERE x.scope = s.name AND x.key = k AND x.kind = 'verify'
+                             AND x.attempt = o.attempt AND x.lease_until = o.lease_expires_at) THEN
+                    outcome := 'unknown';
+                END IF;
+            END IF;
         ELSE
             PERFORM idempo.managed_must_write(ro, s.name, k, 'its outcome is unknown, and the one caller who looks it up takes a verification lease on it');
             o.lease_expires_at := idempo.managed_plus(p_now, s.lease);
@@ -488,6 +517,7 @@ BEGIN
     END IF;
     s := idempo.managed_scope(claim.scope, claim.key, true);
     k := idempo.managed_key(s, claim.key);
+    PERFORM idempo.managed_scope_current(s);
     IF wait IS NULL OR complete_on_commit IS NULL THEN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
             CASE WHEN wait IS NULL THEN 'wait' ELSE 'complete_on_commit' END, k, s.name
@@ -548,9 +578,9 @@ BEGIN
                       DETAIL = 'Another session holds a lock on idempo.operations or its primary key that conflicts with claiming, such as CREATE INDEX, REINDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE.',
                       HINT = 'Retry later, or claim with wait => true to queue behind it.';
         END IF;
-        -- wait => false: with a short lock_timeout in a subtransaction.  Not yet: the C edition
-        -- tells a wait for the key from a wait for something else (an extension lock) and tries
-        -- again; here any lock wait cut short answers busy.
+        -- wait => false: the key's lock and locked records answer busy without waiting
+        -- (managed_decide); whatever else might make it wait (a record being deleted right
+        -- now, say) is cut short by a lock_timeout, in a subtransaction, and answers busy too
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);
@@ -630,6 +660,7 @@ BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;   -- before the scope is read (scope_cache.c)
     s := idempo.managed_scope(p_scope, p_key, true);
     k := idempo.managed_key(s, p_key);
+    PERFORM idempo.managed_scope_current(s);
     IF p_retryable_null THEN
         RAISE EXCEPTION 'retryable must not be NULL (key "%" in scope "%")', k, s.name USING ERRCODE = '22004',
             HINT = 'true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.';

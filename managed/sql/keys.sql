@@ -76,6 +76,22 @@ BEGIN
 END
 $$;
 
+-- Scopes are read as committed now in the C edition, also in a REPEATABLE READ or SERIALIZABLE
+-- transaction (as catalogs are); PL/pgSQL reads them with the transaction's snapshot.  So a
+-- call that writes records there locks the scope row FOR SHARE, which raises 40001 if a change
+-- committed since the snapshot was taken: the transaction is retried rather than a record
+-- written under rules that no longer hold (a key stored in clear in a scope that now hashes
+-- keys would never be found again).  READ COMMITTED reads the latest already.
+CREATE FUNCTION idempo.managed_scope_current(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed'
+       AND NOT current_setting('transaction_read_only')::boolean THEN
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE;
+    END IF;
+END
+$$;
+
 -- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
 CREATE FUNCTION idempo.managed_key(s idempo.scopes, p_key text) RETURNS text
     LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$

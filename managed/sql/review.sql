@@ -53,6 +53,7 @@ BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;   -- before the scope is read (scope_cache.c)
     s := idempo.managed_scope(verify.scope, verify.key, true);
     k := idempo.managed_key(s, verify.key);
+    PERFORM idempo.managed_scope_current(s);
     IF verify.attempt IS NULL THEN
         RAISE EXCEPTION 'attempt must not be NULL (key "%" in scope "%")', k, s.name USING ERRCODE = '22004',
             HINT = 'Pass attempt => the attempt whose outcome you looked up: the attempt idempo.claim() returned with outcome ''unknown''.';
@@ -158,6 +159,7 @@ BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;
     s := idempo.managed_scope(resolve.scope, resolve.key, NULL);
     k := idempo.managed_key(s, resolve.key);
+    PERFORM idempo.managed_scope_current(s);
     IF resolve.resolution IS NULL OR resolve.resolution NOT IN ('succeeded', 'not_executed', 'failed') THEN
         RAISE EXCEPTION 'unknown resolution % for key "%" in scope "%"', coalesce(quote_literal(resolve.resolution), 'NULL'), k, s.name
             USING ERRCODE = '22023', HINT = 'Use ''succeeded'' (it happened), ''not_executed'' (it did not) or ''failed'' (final).';
@@ -238,6 +240,7 @@ BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;
     s := idempo.managed_scope(request_review.scope, request_review.key, NULL);
     k := idempo.managed_key(s, request_review.key);
+    PERFORM idempo.managed_scope_current(s);
     t := idempo.now();
     o := idempo.managed_read_locked(s, k, 'review');
     from_status := o.status;

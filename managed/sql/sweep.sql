@@ -50,7 +50,9 @@ BEGIN
              WHERE o.sweep_at <= t ORDER BY o.sweep_at LIMIT $1 FOR UPDATE SKIP LOCKED LOOP
         IF s.name IS DISTINCT FROM r.scope THEN
             SELECT * INTO s FROM idempo.scopes sc WHERE sc.name = r.scope;
-            IF NOT FOUND THEN
+            IF FOUND THEN
+                PERFORM idempo.managed_scope_current(s);
+            ELSE
                 s := NULL;
                 RAISE WARNING 'idempo sweep: scope "%" of an operation does not exist', r.scope
                     USING HINT = format('Recreate the scope with idempo.create_scope(''%s''); its operations are looked at again hourly.', r.scope);
