@@ -1,12 +1,14 @@
 -- idempo.sweep() (src/sweep.c) in PL/pgSQL: one batch of the rows whose sweep_at has come,
 -- oldest first, taken FOR UPDATE SKIP LOCKED (a sweep never waits for a claim), decided as a
 -- claim decides (expiry.c), then one statement per kind of change over arrays of row ids.  The
--- background worker that calls it in the C edition is a pg_cron job here (not yet).
+-- background worker that calls it in the C edition is a pg_cron job here: schedule_sweep()
+-- schedules sweep_until_done(), which sweeps batch after batch while they are full.
 
--- managed-differs: security: writes idempo's tables, which callers have no privilege on (the C function switches to the owner inside)
-CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
-    RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1 SET search_path = pg_catalog, pg_temp AS $$
+-- One batch; also how many rows it examined (rows_seen), so that sweep_until_done() knows
+-- whether more are due (sweep.c: rows_seen).
+CREATE FUNCTION idempo.managed_sweep(batch integer,
+    OUT lease_expired bigint, OUT moved_to_review bigint, OUT purged bigint, OUT rows_seen bigint)
+    LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     t timestamptz;
@@ -26,6 +28,7 @@ DECLARE
     shrink_tids tid[] := '{}';
     shrink_sweep timestamptz[] := '{}';
     to_status idempo.status;
+    n_seen bigint := 0;
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'batch must not be NULL' USING ERRCODE = '22004', HINT = 'Pass the number of rows to handle, e.g. 1000.';
@@ -48,6 +51,7 @@ BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;
     FOR r IN SELECT o.ctid AS tid, o.* FROM idempo.operations o
              WHERE o.sweep_at <= t ORDER BY o.sweep_at LIMIT $1 FOR UPDATE SKIP LOCKED LOOP
+        n_seen := n_seen + 1;
         IF s.name IS DISTINCT FROM r.scope THEN
             SELECT * INTO s FROM idempo.scopes sc WHERE sc.name = r.scope;
             IF FOUND THEN
@@ -147,6 +151,81 @@ BEGIN
     lease_expired := n_lease;
     moved_to_review := n_review;
     purged := n_purge;
-    RETURN NEXT;
+    rows_seen := n_seen;
+END
+$$;
+
+-- managed-differs: security: writes idempo's tables, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.sweep(batch integer DEFAULT 1000)
+    RETURNS TABLE (lease_expired bigint, moved_to_review bigint, purged bigint)
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 1 SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT m.lease_expired, m.moved_to_review, m.purged FROM idempo.managed_sweep($1) m;
+END
+$$;
+
+-- What the pg_cron job calls: batches, each committed, while the last one was full (as the C
+-- edition's sweeper loops), at most max_batches.  A procedure, SECURITY INVOKER and without SET
+-- clauses, so that it may COMMIT; the job runs as the role that scheduled it (idempo's owner).
+CREATE PROCEDURE idempo.sweep_until_done(batch integer DEFAULT 1000, max_batches integer DEFAULT 100)
+    LANGUAGE plpgsql AS $$
+DECLARE
+    seen bigint;
+BEGIN
+    FOR i IN 1 .. max_batches LOOP
+        SELECT m.rows_seen INTO seen FROM idempo.managed_sweep(batch) m;
+        COMMIT;
+        EXIT WHEN seen < batch;
+    END LOOP;
+END
+$$;
+
+-- The sweep as a pg_cron job of this database, named 'idempo sweep: DATABASE'.  pg_cron must be
+-- installed in this database (its cron.database_name); elsewhere the error says what to run in
+-- pg_cron's database.  A second job is refused (42710) unless replace => true reschedules it.
+-- schedule: pg_cron's syntax ('* * * * *': every minute; '10 seconds' from pg_cron 1.5 on).
+CREATE FUNCTION idempo.schedule_sweep(schedule text DEFAULT '* * * * *', replace boolean DEFAULT false)
+    RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    job_name text := 'idempo sweep: ' || current_database();
+    command text := 'CALL idempo.sweep_until_done()';
+    existing bigint;
+    id bigint;
+BEGIN
+    IF to_regnamespace('cron') IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = '0A000',
+                  HINT = format('Create the extension pg_cron here, or in the database it runs in (its setting cron.database_name), schedule the sweep with: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+                                job_name, schedule, command, current_database());
+    END IF;
+    EXECUTE 'SELECT jobid FROM cron.job WHERE jobname = $1' INTO existing USING job_name;
+    IF existing IS NOT NULL AND NOT replace THEN
+        RAISE EXCEPTION 'the sweep of database "%" is scheduled already (pg_cron job %)', current_database(), existing
+            USING ERRCODE = '42710',
+                  HINT = 'Pass replace => true to change its schedule, or remove it with idempo.unschedule_sweep().';
+    END IF;
+    -- cron.schedule(name, ...) replaces a job of the same name and owner
+    EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO id USING job_name, schedule, command;
+    RETURN id;
+END
+$$;
+
+-- Removes the sweep's pg_cron job of this database; false if there was none.
+CREATE FUNCTION idempo.unschedule_sweep() RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    job_name text := 'idempo sweep: ' || current_database();
+    existing bigint;
+BEGIN
+    IF to_regnamespace('cron') IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT jobid FROM cron.job WHERE jobname = $1' INTO existing USING job_name;
+    IF existing IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT cron.unschedule($1)' USING existing;
+    RETURN true;
 END
 $$;
