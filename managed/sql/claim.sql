@@ -1,7 +1,7 @@
--- claim, complete, fail (src/claim.c, src/finish.c, src/expiry.c, src/txn_attempts.c) in PL/pgSQL,
--- on the same tables with the same statements' effects.  Not yet: conflicts recorded durably
--- (here they are written in the caller's transaction, and lost if it rolls back: dblink will
--- do it), durability 'replicated', the logical-replication subscriber check, the counters.
+-- claim, complete, fail (src/claim.c, src/finish.c, src/expiry.c, src/txn_attempts.c,
+-- src/durability.c) in PL/pgSQL, on the same tables with the same statements' effects.  Not yet:
+-- conflicts recorded durably (here they are written in the caller's transaction, and lost if it
+-- rolls back: dblink will do it), the logical-replication subscriber check, the counters.
 --
 -- The attempts this transaction acquired (what complete/fail with attempt => NULL finish, and
 -- what makes a second claim in the owning transaction answer 'acquired' again) are rows of a
@@ -22,27 +22,66 @@ CREATE FUNCTION idempo.managed_txn_table() RETURNS void
     LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t regclass := to_regclass('pg_temp.idempo_txn_attempts');
+    mine boolean;
+    checked boolean;
 BEGIN
     IF t IS NULL THEN
-        -- kind 'attempt': an attempt this transaction acquired; 'verify': a verification lease
-        -- it took (claim.c: verify_leases), known by the exact lease_until it wrote
         CREATE TEMPORARY TABLE idempo_txn_attempts (
             scope text, key text, kind text, attempt integer, on_commit boolean, finished boolean,
-            lease_until timestamptz, PRIMARY KEY (scope, key, kind)) ON COMMIT DELETE ROWS;
-    ELSIF (SELECT c.relowner <> current_user::regrole OR c.relkind <> 'r' FROM pg_class c WHERE c.oid = t) THEN
+            lease_until timestamptz, replicated boolean, PRIMARY KEY (scope, key, kind)) ON COMMIT DELETE ROWS;
+        t := 'pg_temp.idempo_txn_attempts'::regclass;
+    END IF;
+    SELECT c.relowner = current_user::regrole AND c.relkind = 'r',
+           EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = t AND g.tgname = 'idempo_durability')
+      INTO mine, checked FROM pg_class c WHERE c.oid = t;
+    IF NOT mine THEN
         RAISE EXCEPTION 'pg_temp.idempo_txn_attempts is not idempo''s' USING ERRCODE = '42501',
             HINT = 'Drop the temporary table of that name: idempo keeps the attempts of the transaction in it.';
+    END IF;
+    IF NOT checked THEN
+        -- durability 'replicated': checked at commit, after SET LOCAL synchronous_commit and the
+        -- like (durability.c); the events of a rolled-back subtransaction go with it.  (Created
+        -- again when a DROP EXTENSION took it with the function.)
+        CREATE CONSTRAINT TRIGGER idempo_durability AFTER INSERT OR UPDATE ON pg_temp.idempo_txn_attempts
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.replicated)
+            EXECUTE FUNCTION idempo.managed_durability_check();
     END IF;
 END
 $$;
 
-CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean)
+-- Before the commit of a transaction that acquired a key of a scope with durability
+-- 'replicated': refused (ID001) unless the commit waits for a synchronous standby (durability.c,
+-- with the settings a session can read)
+CREATE FUNCTION idempo.managed_durability_check() RETURNS trigger
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    why text;
+BEGIN
+    IF current_setting('max_wal_senders')::int <= 0 THEN
+        why := 'max_wal_senders is 0, so no standby can be synchronous';
+    ELSIF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        why := format('synchronous_commit is "%s", which does not wait for a standby', current_setting('synchronous_commit'));
+    ELSIF current_setting('synchronous_standby_names') = '' THEN
+        why := 'no synchronous standby is configured (synchronous_standby_names is empty)';
+    END IF;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot commit the claim of key "%" in scope "%": the commit would not wait for a synchronous standby', NEW.key, NEW.scope
+            USING ERRCODE = 'ID001', DETAIL = format('Scope "%s" has durability ''replicated'', and %s.', NEW.scope, why),
+                  HINT = 'Commit with synchronous_commit = on, remote_write or remote_apply and a synchronous standby (synchronous_standby_names, or Patroni''s synchronous_mode); or, if a failover may lose the claim, alter the scope with durability => ''local''.';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean,
+                                            p_replicated boolean)
     RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM idempo.managed_txn_table();
-    INSERT INTO pg_temp.idempo_txn_attempts AS t VALUES (p_scope, p_key, 'attempt', p_attempt, p_on_commit, false)
+    INSERT INTO pg_temp.idempo_txn_attempts AS t
+    VALUES (p_scope, p_key, 'attempt', p_attempt, p_on_commit, false, NULL, p_replicated)
     ON CONFLICT (scope, key, kind) DO UPDATE SET attempt = excluded.attempt, on_commit = excluded.on_commit,
-                                                 finished = false;
+                                                 finished = false, replicated = excluded.replicated;
 END
 $$;
 
@@ -247,7 +286,7 @@ BEGIN
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
                 outcome := 'acquired';
-                PERFORM idempo.managed_txn_remember(s.name, k, 1, p_on_commit);
+                PERFORM idempo.managed_txn_remember(s.name, k, 1, p_on_commit, s.durability = 'replicated');
                 RETURN;
             END IF;
         END IF;
@@ -315,7 +354,7 @@ BEGIN
             outcome := 'stale';
         ELSE
             outcome := 'acquired';
-            PERFORM idempo.managed_txn_remember(s.name, k, o.attempt, p_on_commit);
+            PERFORM idempo.managed_txn_remember(s.name, k, o.attempt, p_on_commit, s.durability = 'replicated');
         END IF;
         RETURN;
     ELSIF expiry = 'remember' THEN
@@ -372,7 +411,7 @@ BEGIN
         o := idempo.managed_acquire(o, s, p_now, p_fp, p_params, p_run_id, p_on_commit);
         PERFORM idempo.managed_write(o);
         outcome := 'acquired';
-        PERFORM idempo.managed_txn_remember(s.name, k, o.attempt, p_on_commit);
+        PERFORM idempo.managed_txn_remember(s.name, k, o.attempt, p_on_commit, s.durability = 'replicated');
         RETURN;
     END IF;
     IF o.status = 'unknown' THEN
@@ -399,7 +438,7 @@ BEGIN
         END IF;
         IF outcome = 'unknown' AND changed THEN
             PERFORM idempo.managed_txn_table();
-            INSERT INTO pg_temp.idempo_txn_attempts AS x VALUES (s.name, k, 'verify', o.attempt, false, false, o.lease_expires_at)
+            INSERT INTO pg_temp.idempo_txn_attempts AS x VALUES (s.name, k, 'verify', o.attempt, false, false, o.lease_expires_at, false)
             ON CONFLICT (scope, key, kind) DO UPDATE SET attempt = excluded.attempt, lease_until = excluded.lease_until;
         END IF;
         RETURN;
