@@ -1,7 +1,6 @@
 -- claim, complete, fail (src/claim.c, src/finish.c, src/expiry.c, src/txn_attempts.c,
--- src/durability.c) in PL/pgSQL, on the same tables with the same statements' effects.  Not yet:
--- conflicts recorded durably (here they are written in the caller's transaction, and lost if it
--- rolls back: dblink will do it), the logical-replication subscriber check, the counters.
+-- src/durability.c, src/conflicts.c) in PL/pgSQL, on the same tables with the same statements'
+-- effects.  Not yet: the logical-replication subscriber check, the counters.
 --
 -- The attempts this transaction acquired (what complete/fail with attempt => NULL finish, and
 -- what makes a second claim in the owning transaction answer 'acquired' again) are rows of a
@@ -489,6 +488,83 @@ BEGIN
 END
 $$;
 
+-- The conflict row, upserted on the open conflict of the same stored and incoming requests (a
+-- repeat counts there; plans.c: PLAN_CONFLICT_RECORD); its id.  What the recorder's connection
+-- runs (below), and the claim itself where no recorder is configured.
+CREATE FUNCTION idempo.managed_record_conflict(p_scope text, p_key text, p_stored bytea, p_incoming bytea,
+                                               p_stored_params jsonb, p_incoming_params jsonb,
+                                               p_run_id text, p_at timestamptz)
+    RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    id bigint;
+BEGIN
+    INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint,
+                                       stored_params, incoming_params, run_id, first_detected_at, last_detected_at)
+    VALUES (p_scope, p_key, p_stored, p_incoming, p_stored_params, p_incoming_params, p_run_id, p_at, p_at)
+    ON CONFLICT (scope, key, stored_fingerprint, incoming_fingerprint) WHERE resolved_at IS NULL
+    DO UPDATE SET last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at),
+                  occurrences = c.occurrences + 1, run_id = excluded.run_id
+    RETURNING c.id INTO id;
+    RETURN id;
+END
+$$;
+
+-- Conflicts must outlive the caller's transaction, which usually rolls back (conflicts.c).
+-- PL/pgSQL has no autonomous transaction: the row is written by another session of the same
+-- database, through dblink and a foreign server named idempo_conflicts with a user mapping for
+-- idempo's owner (docs/managed-edition.md), one connection per conflict (a named connection
+-- would stay open in the session, for any role in it to use), with a lock_timeout so that a
+-- lock of this very transaction cannot hang it.  Where that is not configured or fails, the
+-- row is written in the caller's transaction, with the C edition's WARNING that it is kept
+-- only if that transaction commits.
+CREATE FUNCTION idempo.managed_conflict(p_scope text, p_key text, p_stored bytea, p_incoming bytea,
+                                        p_stored_params jsonb, p_incoming_params jsonb,
+                                        p_run_id text, p_at timestamptz)
+    RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    dbl name;
+    q text;
+    id bigint;
+    why text;
+    taken boolean;
+BEGIN
+    SELECT n.nspname INTO dbl FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'dblink';
+    IF dbl IS NULL THEN
+        why := format('The extension dblink is not installed in database "%s".', current_database());
+    ELSIF NOT EXISTS (SELECT FROM pg_foreign_server f WHERE f.srvname = 'idempo_conflicts') THEN
+        why := format('No foreign server idempo_conflicts (dblink_fdw) is defined in database "%s".', current_database());
+    ELSE
+        q := format('SET lock_timeout = ''2s''; SELECT idempo.managed_record_conflict(%L, %L, decode(%L, ''hex''), decode(%L, ''hex''), %L::jsonb, %L::jsonb, %L, ''epoch''::timestamptz + %s * interval ''1 microsecond'')',
+                    p_scope, p_key, encode(p_stored, 'hex'), encode(p_incoming, 'hex'), p_stored_params,
+                    p_incoming_params, p_run_id, (extract(epoch FROM p_at) * 1000000)::bigint);
+        BEGIN
+            -- a connection of that name opened in this session would be used instead of the server
+            EXECUTE format('SELECT coalesce(%L = ANY (%I.dblink_get_connections()), false)', 'idempo_conflicts', dbl) INTO STRICT taken;
+            IF taken THEN
+                RAISE EXCEPTION 'a dblink connection named idempo_conflicts is open in this session';
+            END IF;
+            EXECUTE format('SELECT t.id FROM %I.dblink(%L, %L) AS t(id bigint)', dbl, 'idempo_conflicts', q) INTO STRICT id;
+            RETURN id;
+        EXCEPTION WHEN OTHERS THEN
+            why := format('The conflict recorder (dblink, foreign server idempo_conflicts) failed: %s', SQLERRM);
+        END;
+    END IF;
+    id := idempo.managed_record_conflict(p_scope, p_key, p_stored, p_incoming, p_stored_params,
+                                         p_incoming_params, p_run_id, p_at);
+    -- such a transaction cannot PREPARE (conflicts.c: refuse_prepare): it touched a temporary
+    -- table, which PREPARE TRANSACTION refuses (0A000)
+    PERFORM idempo.managed_txn_table();
+    INSERT INTO pg_temp.idempo_txn_attempts AS x VALUES (p_scope, p_key, 'conflict', NULL, false, false, NULL, false)
+    ON CONFLICT (scope, key, kind) DO NOTHING;
+    RAISE WARNING 'conflict on key "%" in scope "%" is recorded in the current transaction only', p_key, p_scope
+        USING DETAIL = why,
+              HINT = 'If this transaction rolls back, the conflict is not kept.'
+                     || CASE WHEN q IS NULL THEN ' Define the foreign server idempo_conflicts for dblink (docs/managed-edition.md).' ELSE '' END;
+    RETURN id;
+END
+$$;
+
 -- How a bad fingerprint argument is shown in errors (keys.c: idempo_bytea_arg_text)
 CREATE FUNCTION idempo.managed_bytea_text(b bytea) RETURNS text
     LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -646,18 +722,12 @@ BEGIN
         VALUES (t, s.name, k, claim.run_id, o.attempt, from_status, o.status, outcome, 'claim', idempo.managed_caller());
     END IF;
 
-    -- not yet durable: recorded in the caller's transaction (conflicts.c records it in another)
+    -- recorded in another session where it can be (managed_conflict)
     IF record_conflict THEN
-        INSERT INTO idempo.conflicts AS c (scope, key, stored_fingerprint, incoming_fingerprint,
-                                           stored_params, incoming_params, run_id, first_detected_at, last_detected_at)
-        VALUES (s.name, k, o.fingerprint, fp,
-                CASE WHEN s.store_params THEN idempo.managed_without(o.params, s.fingerprint_ignore) END,
-                CASE WHEN s.store_params THEN idempo.managed_without(params, s.fingerprint_ignore) END,
-                claim.run_id, t, t)
-        ON CONFLICT (scope, key, stored_fingerprint, incoming_fingerprint) WHERE resolved_at IS NULL
-        DO UPDATE SET last_detected_at = GREATEST(c.last_detected_at, excluded.last_detected_at),
-                      occurrences = c.occurrences + 1, run_id = excluded.run_id
-        RETURNING c.id INTO conflict_id;
+        conflict_id := idempo.managed_conflict(s.name, k, o.fingerprint, fp,
+            CASE WHEN s.store_params THEN idempo.managed_without(o.params, s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(params, s.fingerprint_ignore) END,
+            claim.run_id, t);
     END IF;
 
     res.outcome := outcome;
