@@ -4,10 +4,12 @@
 --
 -- The attempts this transaction acquired (what complete/fail with attempt => NULL finish, and
 -- what makes a second claim in the owning transaction answer 'acquired' again) are rows of a
--- temporary table of the session, owned by the tables' owner (so a caller cannot write them)
--- and emptied at commit: a rolled-back subtransaction takes its rows with it, as the C edition's
--- memory forgets them.  A transaction that used it cannot PREPARE TRANSACTION
--- (docs/managed-edition.md).
+-- temporary table of the session, owned by the tables' owner (so a caller cannot write them),
+-- each row marked with its transaction's id: a rolled-back subtransaction takes its rows with
+-- it, as the C edition's memory forgets them, and rows of earlier transactions are ignored and
+-- deleted by the next acquisition (ON COMMIT DELETE ROWS would truncate the table at every
+-- commit, which costs more than the claim).  A transaction that used it cannot PREPARE
+-- TRANSACTION (docs/managed-edition.md).
 
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
@@ -25,9 +27,14 @@ DECLARE
     checked boolean;
 BEGIN
     IF t IS NULL THEN
+        -- kind 'attempt': an attempt this transaction acquired; 'verify': a verification lease it
+        -- took (claim.c: verify_leases), known by the exact lease_until it wrote; 'conflict': a
+        -- conflict it recorded itself (only so that it cannot PREPARE)
         CREATE TEMPORARY TABLE idempo_txn_attempts (
-            scope text, key text, kind text, attempt integer, on_commit boolean, finished boolean,
-            lease_until timestamptz, replicated boolean, PRIMARY KEY (scope, key, kind)) ON COMMIT DELETE ROWS;
+            xact xid8, scope text, key text, kind text, attempt integer, on_commit boolean,
+            finished boolean, lease_until timestamptz, replicated boolean);
+        -- a transaction may claim thousands of keys (a batch)
+        CREATE INDEX ON pg_temp.idempo_txn_attempts (scope, key);
         t := 'pg_temp.idempo_txn_attempts'::regclass;
     END IF;
     SELECT c.relowner = current_user::regrole AND c.relkind = 'r',
@@ -72,29 +79,48 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean,
-                                            p_replicated boolean)
+-- Notes (kind, scope, key) for this transaction, replacing its earlier note of the same.
+CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p_attempt integer,
+                                        p_on_commit boolean, p_lease_until timestamptz, p_replicated boolean)
     RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    cur xid8 := pg_current_xact_id();
 BEGIN
     PERFORM idempo.managed_txn_table();
-    INSERT INTO pg_temp.idempo_txn_attempts AS t
-    VALUES (p_scope, p_key, 'attempt', p_attempt, p_on_commit, false, NULL, p_replicated)
-    ON CONFLICT (scope, key, kind) DO UPDATE SET attempt = excluded.attempt, on_commit = excluded.on_commit,
-                                                 finished = false, replicated = excluded.replicated;
+    DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact <> cur;
+    UPDATE pg_temp.idempo_txn_attempts t
+       SET attempt = p_attempt, on_commit = p_on_commit, finished = false, lease_until = p_lease_until,
+           replicated = p_replicated
+     WHERE t.xact = cur AND t.scope = p_scope AND t.key = p_key AND t.kind = p_kind;
+    IF NOT FOUND THEN
+        INSERT INTO pg_temp.idempo_txn_attempts
+        VALUES (cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated);
+    END IF;
 END
 $$;
 
--- (attempt, on_commit, finished) of this transaction's attempt of the key, or no row
-CREATE FUNCTION idempo.managed_txn_lookup(p_scope text, p_key text,
-                                          OUT attempt integer, OUT on_commit boolean, OUT finished boolean)
+CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean,
+                                            p_replicated boolean)
+    RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT idempo.managed_txn_note('attempt', p_scope, p_key, p_attempt, p_on_commit, NULL, p_replicated)
+$$;
+
+-- (attempt, on_commit, finished) of this transaction's attempt of the key, or no row; and
+-- (kind 'verify') the lease it took, in lease_until
+CREATE FUNCTION idempo.managed_txn_lookup(p_scope text, p_key text, p_kind text DEFAULT 'attempt',
+                                          OUT attempt integer, OUT on_commit boolean, OUT finished boolean,
+                                          OUT lease_until timestamptz)
     LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    cur xid8 := pg_current_xact_id_if_assigned();   -- none: this transaction wrote nothing yet
 BEGIN
-    IF to_regclass('pg_temp.idempo_txn_attempts') IS NULL THEN
+    IF cur IS NULL OR to_regclass('pg_temp.idempo_txn_attempts') IS NULL THEN
         RETURN;
     END IF;
     PERFORM idempo.managed_txn_table();
-    SELECT t.attempt, t.on_commit, t.finished INTO attempt, on_commit, finished
-    FROM pg_temp.idempo_txn_attempts t WHERE t.scope = p_scope AND t.key = p_key AND t.kind = 'attempt';
+    SELECT t.attempt, t.on_commit, t.finished, t.lease_until INTO attempt, on_commit, finished, lease_until
+    FROM pg_temp.idempo_txn_attempts t
+    WHERE t.xact = cur AND t.scope = p_scope AND t.key = p_key AND t.kind = p_kind;
 END
 $$;
 
@@ -418,13 +444,9 @@ BEGIN
         IF o.lease_expires_at IS NOT NULL AND o.lease_expires_at > p_now THEN
             -- this transaction's own lease answers unknown again, another's busy
             outcome := 'busy';
-            IF to_regclass('pg_temp.idempo_txn_attempts') IS NOT NULL THEN
-                PERFORM idempo.managed_txn_table();
-                IF EXISTS (SELECT FROM pg_temp.idempo_txn_attempts x
-                           WHERE x.scope = s.name AND x.key = k AND x.kind = 'verify'
-                             AND x.attempt = o.attempt AND x.lease_until = o.lease_expires_at) THEN
-                    outcome := 'unknown';
-                END IF;
+            IF EXISTS (SELECT FROM idempo.managed_txn_lookup(s.name, k, 'verify') v
+                       WHERE v.attempt = o.attempt AND v.lease_until = o.lease_expires_at) THEN
+                outcome := 'unknown';
             END IF;
         ELSE
             PERFORM idempo.managed_must_write(ro, s.name, k, 'its outcome is unknown, and the one caller who looks it up takes a verification lease on it');
@@ -436,9 +458,7 @@ BEGIN
             PERFORM idempo.managed_write(o);
         END IF;
         IF outcome = 'unknown' AND changed THEN
-            PERFORM idempo.managed_txn_table();
-            INSERT INTO pg_temp.idempo_txn_attempts AS x VALUES (s.name, k, 'verify', o.attempt, false, false, o.lease_expires_at, false)
-            ON CONFLICT (scope, key, kind) DO UPDATE SET attempt = excluded.attempt, lease_until = excluded.lease_until;
+            PERFORM idempo.managed_txn_note('verify', s.name, k, o.attempt, false, o.lease_expires_at, false);
         END IF;
         RETURN;
     END IF;
@@ -554,9 +574,7 @@ BEGIN
                                          p_incoming_params, p_run_id, p_at);
     -- such a transaction cannot PREPARE (conflicts.c: refuse_prepare): it touched a temporary
     -- table, which PREPARE TRANSACTION refuses (0A000)
-    PERFORM idempo.managed_txn_table();
-    INSERT INTO pg_temp.idempo_txn_attempts AS x VALUES (p_scope, p_key, 'conflict', NULL, false, false, NULL, false)
-    ON CONFLICT (scope, key, kind) DO NOTHING;
+    PERFORM idempo.managed_txn_note('conflict', p_scope, p_key, NULL, false, NULL, false);
     RAISE WARNING 'conflict on key "%" in scope "%" is recorded in the current transaction only', p_key, p_scope
         USING DETAIL = why,
               HINT = 'If this transaction rolls back, the conflict is not kept.'
@@ -669,7 +687,7 @@ BEGIN
     t := idempo.now();
 
     -- a key this transaction acquired and has not finished: 'acquired' again (claim.c: reclaim_own)
-    SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k);
+    SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k, 'attempt');
     IF mine.attempt IS NOT NULL AND NOT mine.finished THEN
         SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
         IF FOUND AND o.attempt = mine.attempt
@@ -774,7 +792,7 @@ BEGIN
         RAISE EXCEPTION 'retryable must not be NULL (key "%" in scope "%")', k, s.name USING ERRCODE = '22004',
             HINT = 'true: the attempt had no effect and may be retried; false: a final failure, replayed to every claim.';
     END IF;
-    SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k);
+    SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k, 'attempt');
     IF p_attempt IS NULL THEN
         IF mine.attempt IS NULL THEN
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
@@ -832,7 +850,7 @@ BEGIN
     END IF;
     IF mine.attempt = a THEN
         UPDATE pg_temp.idempo_txn_attempts AS x SET finished = true
-         WHERE x.scope = s.name AND x.key = k AND x.kind = 'attempt';
+         WHERE x.xact = pg_current_xact_id() AND x.scope = s.name AND x.key = k AND x.kind = 'attempt';
     END IF;
     IF s.audit THEN
         INSERT INTO idempo.events (at, scope, key, run_id, attempt, from_status, to_status, outcome, action, actor)
