@@ -40,3 +40,9 @@ prove_installcheck:
 .PHONY: valgrind-check
 valgrind-check:
 	test/valgrind/run
+
+# The managed-service edition (managed/README.md): the pg_tle installer and the plain SQL script,
+# generated from src/sql/ and managed/sql/; the last two lines of output are their paths.
+.PHONY: tle-installer
+tle-installer:
+	@python3 managed/generate.py build/managed

@@ -1,0 +1,124 @@
+-- Scope and key arguments (src/keys.c, src/scope_cache.c) and the calls that only read: lookup,
+-- stored_key.  The C functions are SECURITY INVOKER and switch to the tables' owner inside; a
+-- PL/pgSQL function can only be SECURITY DEFINER for that, so current_user inside is the owner.
+-- The caller that allowed_role and the audit log name is therefore the session's role: the role
+-- set with SET ROLE (the "role" setting, which only a member can set), else the session user.
+-- It differs from the C edition's (the current user) only for a call made from inside another
+-- SECURITY DEFINER function (docs/managed-edition.md).
+
+CREATE FUNCTION idempo.managed_caller() RETURNS name
+    LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
+                ELSE current_setting('role')::name END
+$$;
+
+-- The scope, by the C edition's argument checks and messages; p_write: a call that uses it
+-- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup).
+CREATE FUNCTION idempo.managed_scope(p_scope text, p_key text, p_write boolean) RETURNS idempo.scopes
+    LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    IF p_scope IS NULL THEN
+        RAISE EXCEPTION 'scope must not be NULL' USING ERRCODE = '22004',
+            HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF btrim(p_scope, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION '%', CASE WHEN p_scope = '' THEN 'scope must not be empty' ELSE 'scope must not be only whitespace' END
+            USING ERRCODE = '22023', HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
+    END IF;
+    IF octet_length(p_scope) > 128 THEN
+        RAISE EXCEPTION 'scope name is % bytes long, the limit is 128', octet_length(p_scope)
+            USING ERRCODE = '22023', HINT = 'No scope can have such a name; check the arguments'' order.';
+    END IF;
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = p_scope;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope "%" does not exist', p_scope USING ERRCODE = '42704',
+            HINT = format('Check the name; a role that may create scopes (docs/security.md) adds it with SELECT idempo.create_scope(''%s'', retention => ''24 hours'');', p_scope);
+    END IF;
+    IF p_key IS NULL THEN
+        RAISE EXCEPTION 'key must not be NULL (scope "%")', s.name USING ERRCODE = '22004',
+            HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';
+    END IF;
+    IF btrim(p_key, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION '%', CASE WHEN p_key = '' THEN format('key must not be empty (scope "%s")', s.name)
+                                  ELSE format('key must not be only whitespace (scope "%s")', s.name) END
+            USING ERRCODE = '22023', HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';
+    END IF;
+    IF octet_length(p_key) > 1024 THEN
+        RAISE EXCEPTION 'key is % bytes long, the limit is 1024 (scope "%")', octet_length(p_key), s.name
+            USING ERRCODE = '22023',
+                  HINT = 'Build keys from business identifiers, or pass a digest of a long one: encode(sha256(convert_to(key, ''UTF8'')), ''hex'').'
+                         || CASE WHEN s.hash_keys THEN ' The limit applies to the clear key in hash_keys scopes too.' ELSE '' END;
+    END IF;
+    IF p_write AND NOT s.enabled THEN
+        RAISE EXCEPTION 'scope "%" is disabled (key "%"); its owner is %', s.name,
+            CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END,
+            coalesce(s.owner, 'not recorded')
+            USING ERRCODE = '55000',
+                  HINT = format('An old copy of a flow may still be running. Ask the scope''s owner before enabling it again with idempo.enable_scope(''%s'').', s.name);
+    END IF;
+    -- allowed_role: for the calls that use (p_write) or read (NOT p_write) the scope's records
+    IF p_write IS NOT NULL AND s.allowed_role IS NOT NULL THEN
+        IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = s.allowed_role) THEN
+            RAISE EXCEPTION 'allowed_role "%" of scope "%" does not exist', s.allowed_role, s.name
+                USING ERRCODE = '42704',
+                      HINT = format('Recreate the role or change the scope with idempo.alter_scope(''%s'', allowed_role => ...).', s.name);
+        END IF;
+        IF NOT pg_has_role(idempo.managed_caller(), s.allowed_role, 'MEMBER') THEN
+            RAISE EXCEPTION 'role "%" may not use scope "%" (key "%")', idempo.managed_caller(), s.name,
+                CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
+                USING ERRCODE = '42501',
+                      HINT = format('Only members of role "%s" may claim, complete, fail, verify or look up keys in this scope.', s.allowed_role);
+        END IF;
+    END IF;
+    RETURN s;
+END
+$$;
+
+-- Scopes are read as committed now in the C edition, also in a REPEATABLE READ or SERIALIZABLE
+-- transaction (as catalogs are); PL/pgSQL reads them with the transaction's snapshot.  So a
+-- call that writes records there locks the scope row FOR SHARE, which raises 40001 if a change
+-- committed since the snapshot was taken: the transaction is retried rather than a record
+-- written under rules that no longer hold (a key stored in clear in a scope that now hashes
+-- keys would never be found again).  READ COMMITTED reads the latest already.
+CREATE FUNCTION idempo.managed_scope_current(s idempo.scopes) RETURNS void
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed'
+       AND NOT current_setting('transaction_read_only')::boolean THEN
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE;
+    END IF;
+END
+$$;
+
+-- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
+CREATE FUNCTION idempo.managed_key(s idempo.scopes, p_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
+$$;
+
+-- managed-differs: security: reads idempo.scopes, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- p_write NULL: neither a use nor a read of the records (the C function checks no role)
+    RETURN idempo.managed_key(idempo.managed_scope(stored_key.scope, stored_key.key, NULL), stored_key.key);
+END
+$$;
+
+-- managed-differs: security: reads idempo.operations, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
+    LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes := idempo.managed_scope(lookup.scope, lookup.key, false);
+    o idempo.operations;
+BEGIN
+    SELECT * INTO o FROM idempo.operations AS x
+     WHERE x.scope = s.name AND x.key = idempo.managed_key(s, lookup.key);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN o;
+END
+$$;
