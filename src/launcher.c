@@ -310,6 +310,18 @@ launcher_round(bool recheck_all)
 				probing = true;
 			continue;
 		}
+
+		/*
+		 * A sweeper this launcher did not start is registered for the
+		 * database: one started by the launcher before this one (sweepers
+		 * outlive their launcher), or one of ours still leaving after the
+		 * database was unlisted.  A sweeper started now would find it there
+		 * and leave at once, and, the database looking served while it
+		 * lived, be started again at once, in a loop.  Start one when that
+		 * one has gone (a round comes at least every LAUNCHER_NAP_MS).
+		 */
+		if (idempo_sweeper_pid(db->database_id) != 0)
+			continue;
 		/* conflicts handed over wait for a sweeper of this database: start one now */
 		if (recheck_all || idempo_cq_pending(db->database_id))
 			db->next_start = 0;

@@ -188,6 +188,29 @@ is($node->safe_psql('postgres', qq{SELECT count(*) FROM idempo.workers() WHERE p
 ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM idempo.workers()
 	WHERE kind = 'launcher' AND pid <> $old_launcher}), 'the next launcher is listed');
 
+# The sweepers outlive their launcher: the next launcher finds them serving.  It does not start
+# a sweeper of its own for their databases (which found the other one there and left at once,
+# and was started again at once, hundreds of times a second, as long as the other one lived):
+# it does a round per nap (idempo.sweep_interval here) and a few more, not hundreds.
+my $orphan = $node->safe_psql('postgres', q{
+SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempo sweeper' AND datname = 'postgres'});
+isnt($orphan, '', 'a sweeper of the earlier launcher still serves');
+my $rounds_before = $node->safe_psql('postgres', q{SELECT rounds FROM idempo.workers() WHERE kind = 'launcher'});
+sleep 5;
+my $rounds = $node->safe_psql('postgres', q{SELECT rounds FROM idempo.workers() WHERE kind = 'launcher'})
+  - $rounds_before;
+cmp_ok($rounds, '<', 60, "the next launcher does not restart sweepers in a loop ($rounds rounds in 5 s)");
+# when it leaves, the next launcher starts one of its own
+$node->safe_psql('postgres', qq{SELECT pg_terminate_backend($orphan)});
+{
+  local $PostgreSQL::Test::Utils::timeout_default = 30;
+  ok($node->poll_query_until('postgres', qq{
+SELECT count(*) = 1 FROM idempo.workers()
+WHERE kind = 'sweeper' AND pid <> $orphan AND state <> 'starting'
+  AND database_id = (SELECT oid FROM pg_database WHERE datname = 'postgres')}),
+     'a sweeper of the next launcher serves the database when the earlier one has left');
+}
+
 is($node->safe_psql('postgres', 'SELECT count(*) FROM idempo.check_consistency()'), '0', 'consistent');
 $node->stop;
 ok(!$node->log_contains(qr/terminated by signal/), 'no process crashed');
