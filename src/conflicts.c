@@ -242,6 +242,8 @@ idempo_record_conflict_request(dsm_segment *seg, bool *recorded, bool *lock_time
 		(Jsonb *) (msg->data + msg->incoming_params_off);
 	c.detected_at = msg->detected_at;
 
+	/* its own transaction: the PG_CATCH below aborts whatever is open */
+	Assert(!IsTransactionState());
 	*recorded = false;
 	*lock_timeout = false;
 	PG_TRY();

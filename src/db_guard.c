@@ -51,7 +51,8 @@ release_database(const char *name)
 {
 	Oid			database_id;
 	pid_t		pid;
-	int			waited;
+	bool		signalled = false;
+	TimestampTz give_up;
 
 	if (idempo_shared == NULL || name == NULL)
 		return;
@@ -59,13 +60,16 @@ release_database(const char *name)
 	if (!OidIsValid(database_id) || !object_ownercheck(DatabaseRelationId, database_id, GetUserId()))
 		return;
 	idempo_hold_database(database_id, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HOLD_MS));
-	for (waited = 0; waited < STOP_WAIT_MS; waited += 10)
+	/* a deadline, not a count of waits: a latch set meanwhile ends a wait early */
+	give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STOP_WAIT_MS);
+	while (GetCurrentTimestamp() < give_up)
 	{
 		pid = idempo_sweeper_pid(database_id);
 		if (pid == 0)
 			return;
-		if (waited == 0)
+		if (!signalled)
 			(void) kill(pid, SIGTERM);
+		signalled = true;
 		CHECK_FOR_INTERRUPTS();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
 						 idempo_wait_event(IDEMPO_WAIT_SWEEPER_EXIT));

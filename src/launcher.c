@@ -171,7 +171,9 @@ sweeper_running(ServedDatabase *db)
 		return false;
 	if (GetBackgroundWorkerPid(db->handle, &pid) != BGWH_STOPPED)
 	{
-		if (db->state == DB_PROBING && idempo_sweeper_serving(db->database_id))
+		/* serving: its own registration, not another sweeper's that is still there */
+		if (db->state == DB_PROBING && idempo_sweeper_pid(db->database_id) == pid &&
+			idempo_sweeper_serving(db->database_id))
 			set_state(db, DB_SERVED);
 		return true;
 	}
@@ -394,6 +396,7 @@ idempo_launcher_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	idempo_launcher_attach();
+	idempo_wait_events_prepare();
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(ServedDatabase);

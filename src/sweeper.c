@@ -194,12 +194,13 @@ sweep_round_guarded(void)
 		AbortOutOfAnyTransaction();
 		FlushErrorState();
 		MemoryContextSwitchTo(cxt);
+		/* counted before anything can end the process (a SIGTERM held meanwhile) */
+		idempo_count(COUNTER_WORKER_ERRORS, 1);
 		RESUME_INTERRUPTS();
 		pgstat_report_activity(STATE_IDLE, NULL);
 		ereport(LOG,
 				(errmsg("idempo sweeper: a sweep round in database \"%s\" failed", dbname),
 				 errhint("The sweeper carries on; the next round tries again.")));
-		idempo_count(COUNTER_WORKER_ERRORS, 1);
 		round_moves = NIL;
 		return ROUND_FAILED;
 	}
@@ -233,6 +234,7 @@ idempo_sweeper_main(Datum main_arg)
 	if (!idempo_slot_register(database_id))
 		proc_exit(0);			/* another sweeper serves this database */
 	idempo_cq_sweeper_started();
+	idempo_wait_events_prepare();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "idempo sweeper round", ALLOCSET_SMALL_SIZES);
 	StartTransactionCommand();

@@ -183,6 +183,8 @@ typedef enum IdempoWait
 
 /* The wait event for one of idempo's waits (named from PostgreSQL 17 on). */
 extern uint32 idempo_wait_event(IdempoWait wait);
+/* A worker registers every name at its start; if that fails, its waits are all "Extension". */
+extern void idempo_wait_events_prepare(void);
 
 /* ---- the workers' entry points (bgw_function_name) ---- */
 
