@@ -77,7 +77,10 @@ ensure_chroot() {
   if [ ! -f "$dir/.idempo-chroot" ]; then
     command -v debootstrap >/dev/null || ensure_packages debootstrap
     log "building the $rel chroot for PostgreSQL $m in $dir (once per machine)"
-    rm -rf "$new"
+    # an interrupted debootstrap leaves its mounts in $new (proc, sys; in an LXC container the
+    # host's dev/pts and dev/shm, bound): undone first, and rm never crosses into a mount
+    chroot_unmount_under "$new"
+    rm -rf --one-file-system "$new"
     debootstrap --variant=minbase "$(debootstrap_suite_of "$rel")" "$new" "$DEBIAN_MIRROR" \
       >"$IDEMPO_CACHE/chroots/$rel.debootstrap.log" 2>&1 \
       || { tail -20 "$IDEMPO_CACHE/chroots/$rel.debootstrap.log" >&2; return 1; }
