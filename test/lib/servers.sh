@@ -305,10 +305,14 @@ chroot_leftovers() {
 
 # chroot_run MAJOR COMMAND...: runs COMMAND in the major's chroot (mounted: chroot_mount) with
 # a clean environment; NAME=VALUE arguments before the command pass variables through.
+# The chroot's lock (fd 9 of with_chroot_lock and run_major_in_chroot) stays outside: a process
+# that outlives its run there (the run's shells killed with SIGKILL, a server left running)
+# would otherwise hold the lock, so that chroot_leftovers took the chroot for in use and passed,
+# and the next run waited for that process.
 chroot_run() {
   local dir; dir=$(chroot_dir_of "$1"); shift
   chroot "$dir" /usr/bin/env -i HOME=/root LANG=C.UTF-8 NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" 9>&-
 }
 
 # in_chroot MAJOR COMMAND...: chroot_run with the mounts made for it and undone after (in a
