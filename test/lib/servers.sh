@@ -30,10 +30,13 @@ debootstrap_suite_of() { case "$1" in experimental) echo sid ;; *) echo "$1" ;; 
 # apt_pin_of MAJOR: for a release on top of the bootstrapped one, an apt preferences stanza
 # that takes the major's own packages (and the libpq they need) from it and nothing else: not
 # "apt-get -t experimental", which takes every package of the transaction that experimental
-# has from there (a perl transition in experimental made that uninstallable).
+# has from there (a perl transition in experimental made that uninstallable).  Priority 500, the
+# same as unstable's: the newer build of the two wins, so that the release uploaded to unstable
+# (19.0 after experimental's 19~rc1) replaces the prerelease; 990 kept experimental's for good.
+# test/lib/apt-pin-selftest checks it.
 apt_pin_of() {
   case "$(debian_release_of "$1")" in
-    experimental) printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=experimental\nPin-Priority: 990\n' "$1" "$1" "$1" ;;
+    experimental) printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=experimental\nPin-Priority: 500\n' "$1" "$1" "$1" ;;
   esac
 }
 

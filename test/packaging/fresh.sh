@@ -28,7 +28,8 @@ apt_install() {
 # the environment that built the package had no pin for it): pin the server's packages to it, as
 # a user does (apt-get -t would take every package it has, e.g. a newer perl, from there too).
 if [ -n "${APT_TARGET:-}" ]; then
-  printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=%s\nPin-Priority: 990\n' \
+  # (500, as test/lib/servers.sh's apt_pin_of: the newer build of the two suites wins)
+  printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=%s\nPin-Priority: 500\n' \
     "$M" "$M" "$M" "$APT_TARGET" >/etc/apt/preferences.d/idempo-server
 fi
 deb_of() { ls "$HERE"/debs/postgresql-"$M"-idempo_"$1"_*.deb 2>/dev/null | head -1; }
