@@ -140,7 +140,9 @@ DROP SCHEMA idempo;  -- left behind by DROP EXTENSION (not a member)
 CREATE ROLE regress_idempo_schema_owner;
 CREATE SCHEMA idempo AUTHORIZATION regress_idempo_schema_owner;
 CREATE EXTENSION idempo;
-SELECT nspowner::regrole, (SELECT extowner::regrole FROM pg_extension WHERE extname = 'idempo')
+-- (the extension's owner is whoever runs the suite: postgres here, the test user under autopkgtest)
+SELECT nspowner::regrole, (SELECT extowner = current_user::regrole FROM pg_extension WHERE extname = 'idempo')
+         AS extension_owned_by_caller
 FROM pg_namespace WHERE nspname = 'idempo';
 SELECT name FROM idempo.create_scope('g');
 SELECT outcome FROM idempo.claim('g', 'k', complete_on_commit => true);

@@ -30,10 +30,13 @@ debootstrap_suite_of() { case "$1" in experimental) echo sid ;; *) echo "$1" ;; 
 # apt_pin_of MAJOR: for a release on top of the bootstrapped one, an apt preferences stanza
 # that takes the major's own packages (and the libpq they need) from it and nothing else: not
 # "apt-get -t experimental", which takes every package of the transaction that experimental
-# has from there (a perl transition in experimental made that uninstallable).
+# has from there (a perl transition in experimental made that uninstallable).  Priority 500, the
+# same as unstable's: the newer build of the two wins, so that the release uploaded to unstable
+# (19.0 after experimental's 19~rc1) replaces the prerelease; 990 kept experimental's for good.
+# test/lib/apt-pin-selftest checks it.
 apt_pin_of() {
   case "$(debian_release_of "$1")" in
-    experimental) printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=experimental\nPin-Priority: 990\n' "$1" "$1" "$1" ;;
+    experimental) printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=experimental\nPin-Priority: 500\n' "$1" "$1" "$1" ;;
   esac
 }
 
@@ -77,7 +80,10 @@ ensure_chroot() {
   if [ ! -f "$dir/.idempo-chroot" ]; then
     command -v debootstrap >/dev/null || ensure_packages debootstrap
     log "building the $rel chroot for PostgreSQL $m in $dir (once per machine)"
-    rm -rf "$new"
+    # an interrupted debootstrap leaves its mounts in $new (proc, sys; in an LXC container the
+    # host's dev/pts and dev/shm, bound): undone first, and rm never crosses into a mount
+    chroot_unmount_under "$new"
+    rm -rf --one-file-system "$new"
     debootstrap --variant=minbase "$(debootstrap_suite_of "$rel")" "$new" "$DEBIAN_MIRROR" \
       >"$IDEMPO_CACHE/chroots/$rel.debootstrap.log" 2>&1 \
       || { tail -20 "$IDEMPO_CACHE/chroots/$rel.debootstrap.log" >&2; return 1; }
@@ -302,10 +308,14 @@ chroot_leftovers() {
 
 # chroot_run MAJOR COMMAND...: runs COMMAND in the major's chroot (mounted: chroot_mount) with
 # a clean environment; NAME=VALUE arguments before the command pass variables through.
+# The chroot's lock (fd 9 of with_chroot_lock and run_major_in_chroot) stays outside: a process
+# that outlives its run there (the run's shells killed with SIGKILL, a server left running)
+# would otherwise hold the lock, so that chroot_leftovers took the chroot for in use and passed,
+# and the next run waited for that process.
 chroot_run() {
   local dir; dir=$(chroot_dir_of "$1"); shift
   chroot "$dir" /usr/bin/env -i HOME=/root LANG=C.UTF-8 NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" 9>&-
 }
 
 # in_chroot MAJOR COMMAND...: chroot_run with the mounts made for it and undone after (in a
