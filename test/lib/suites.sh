@@ -54,13 +54,13 @@ suite_pgtap() {
   return "$rc"
 }
 
-# suite_tap FILE...: the Perl TAP tests (test/tap/t) with make prove_installcheck, as the cluster
+# suite_tap NAME...: the Perl TAP tests test/tap/t/NAME.pl with make prove_installcheck, as the cluster
 # user (initdb refuses root); they start clusters of their own under the copy's tmp_check.
 # IDEMPO_OLD_INSTALL in the environment: the previous major, for t/005_pg_upgrade.pl.
 suite_tap() {
-  local out rc f
+  local out rc f files=("${@/#/test/tap/t/}")
   [ $# -gt 0 ] || { echo "0 passed, 0 failed"; return 0; }
-  out=$(make_as_pg prove_installcheck PROVE_TESTS="${*/#/test/tap/t/}" PROVE_FLAGS="${PROVE_FLAGS:-}" 2>&1); rc=$?
+  out=$(make_as_pg prove_installcheck PROVE_TESTS="${files[*]/%/.pl}" PROVE_FLAGS="${PROVE_FLAGS:-}" 2>&1); rc=$?
   printf '%s\n' "$out"
   if [ "$rc" -ne 0 ]; then
     for f in "$WORK"/src/tmp_check/log/*.log; do
@@ -84,7 +84,7 @@ suite_pg_upgrade() {
     echo "idempo did not build for PostgreSQL $old"
     return 1
   fi
-  IDEMPO_OLD_INSTALL=/usr/lib/postgresql/$old suite_tap 005_pg_upgrade.pl
+  IDEMPO_OLD_INSTALL=/usr/lib/postgresql/$old suite_tap 005_pg_upgrade
 }
 
 # suite_fingerprint plain|ignore: idempo.fingerprint() against the independent implementation
