@@ -109,11 +109,12 @@ ensure_chroot() {
   # on a mirror that is a snapshot
   printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; "--force-unsafe-io"; };' \
     'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/90idempo"
-  # shellcheck disable=SC2046  # chroot_base_packages prints package names: one argument each
+  local base
+  read -r -a base <<<"$(chroot_base_packages "$m")"
   in_chroot "$m" MAJOR="$m" RELEASE="$rel" SUITE="$(debootstrap_suite_of "$rel")" \
-    MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in $(chroot_base_packages "$m"); do
+    MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in "${base[@]}"; do
       s=$(debian_source_of "$p") && printf '%s=%s ' "$p" "$s"; done)" \
-    bash -c "$CHROOT_INSTALL_SCRIPT" _ $(chroot_base_packages "$m")
+    bash -c "$CHROOT_INSTALL_SCRIPT" _ "${base[@]}"
 }
 
 # What ensure_chroot runs in the chroot (bash -c, the base packages as arguments; MAJOR, RELEASE,

@@ -129,10 +129,10 @@ install)
   fi
   grep -E 'tests passed|tests failed|^# All|^# [0-9]+ of|failed|worker:' "$HERE/installed.log" >&2
   # its dependencies (make, the server headers) come only now: the checks above ran without them
-  deps=$(test_depends installcheck | paste -sd' ')
+  mapfile -t dep_list < <(test_depends installcheck)
+  deps=${dep_list[*]}
   step "apt-get install $deps (debian/tests/control: installcheck)"
-  # shellcheck disable=SC2086  # a list of package names: one argument each
-  if [ -z "$deps" ] || ! apt_install $deps; then
+  if [ -z "$deps" ] || ! apt_install "${dep_list[@]}"; then
     failed "could not install the installcheck test's dependencies"
   else
     step "debian/tests/installcheck"
