@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the benchmark commands of test/bench (run, levers): result files, pgbench runs (one
 # script, or several interleaved in one run), latency statistics from pgbench's logs.  Source it
 # after test/lib/common.sh with WORK, PORT, RES, LOGS, BENCH, FIXTURE, HELD and START set.
@@ -44,6 +45,7 @@ mode() {
 
 # Reads pgbench --log lines on stdin; prints "avg p99 count p50 max" of latencies (µs) of the
 # transactions that ended within [FROM, TO] (epoch seconds; default: all).
+# shellcheck disable=SC2120  # FROM and TO are optional: test/bench/run passes them, bench() does not
 latency_stats() {
   awk -v a="${1:-0}" -v b="${2:-1e18}" '{ t = $5 + $6 / 1e6; if (t >= a && t <= b) print $3 }' | sort -n |
     awk 'function q(p,  i) { i = int(NR * p); if (i < NR * p) i++; return v[i] }

@@ -7,7 +7,7 @@
                                          ignore (fingerprint_ignore), tab, the SHA-256 without them
     reference.py ignore-vectors          prints the published test vectors with ignored paths
 
-test/run loads the generated documents into the server and checks that idempo.fingerprint()
+check.py loads the generated documents into the server and checks that idempo.fingerprint()
 agrees with this implementation on every one.
 """
 import hashlib

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The HA harness: etcd + three Patroni-managed PostgreSQL nodes with idempo preloaded, a plain
 # "warehouse" server that never fails over, PgBouncer in transaction pooling mode.  Sourced by
 # test/ha/run (after test/lib/common.sh); defines variables and functions only.
@@ -75,6 +76,7 @@ ha_healthy() {
 as_pg_bg() {
   local pidfile=$1 logfile=$2; shift 2
   : >"$pidfile"; [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$pidfile"
+  # shellcheck disable=SC2016  # the script in single quotes is bash -c's: its variables expand there
   as_pg setsid bash -c 'p=$0 l=$1; shift; echo $$ >"$p"; exec "$@" >>"$l" 2>&1' "$pidfile" "$logfile" "$@" </dev/null &
   wait_for 10 "$pidfile" test -s "$pidfile"
 }

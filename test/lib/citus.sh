@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Citus for the major under test, built from the vendored source tarball (never from this
 # repository) and cached per (PostgreSQL major, Citus version) under $IDEMPO_CACHE/citus, so
 # that a machine builds each once.  Sourced after common.sh; defines functions only.
@@ -17,7 +18,7 @@ citus_version_for() {
 # Prints the reason (one line) on stdout and returns 1 when Citus cannot be had here (no source
 # tarball: the caller skips), 2 when it can but did not build or install (a failure).
 ensure_citus() {
-  local ver vendor tarball stage cached build sharedir out curl_opt
+  local ver vendor tarball stage cached build sharedir curl_opt
   ver=$(citus_version_for "$PG_MAJOR") || { echo "no Citus release supports PostgreSQL $PG_MAJOR yet (Citus 14.0.1 supports 16 to 18)"; return 1; }
   sharedir=$("$PGBIN/pg_config" --sharedir)
   # the build steps below are recipe $CITUS_RECIPE: a change of them makes a new cache entry
@@ -50,11 +51,11 @@ ensure_citus() {
     curl_opt=--without-libcurl
     grep -qs '^#define HAVE_LIBCURL 1' "$("$PGBIN/pg_config" --includedir-server)/pg_config.h" && curl_opt=
     stage=$build/stage
-    out=$(cd "$build/citus-$ver" && { ./configure PG_CONFIG="$PGBIN/pg_config" $curl_opt &&
+    (cd "$build/citus-$ver" && { ./configure PG_CONFIG="$PGBIN/pg_config" ${curl_opt:+"$curl_opt"} &&
             make -j2 COPT='-O0 -g0' && make install DESTDIR="$stage"; } >"$build/build.log" 2>&1) \
       || { tail -30 "$build/build.log" >&2; echo "building Citus $ver failed (log: $build/build.log)"; return 2; }
     mkdir -p "$IDEMPO_CACHE/citus"
-    tar -C "$stage" -czf "$cached.tmp" . && mv "$cached.tmp" "$cached" || { echo "cannot write $cached"; return 2; }
+    { tar -C "$stage" -czf "$cached.tmp" . && mv "$cached.tmp" "$cached"; } || { echo "cannot write $cached"; return 2; }
     rm -rf "$build"
   fi
   tar -C / -xzf "$cached" || { echo "cannot install $cached"; return 2; }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the project's commands (test/run, test/demo/run, test/bench/run):
 # install what is missing, build and install idempo, run throwaway clusters.
 # Source it; it defines functions only (and ROOT, PG_MAJOR, PGBIN, PGXS_DIR).
@@ -11,6 +12,7 @@ if [ -z "${PG_MAJOR:-}" ]; then
   for PG_MAJOR in $SUPPORTED_MAJORS; do major_is_native "$PG_MAJOR" && break; done
 fi
 PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# shellcheck disable=SC2034  # used by the scripts that source this file
 PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
 export PG_MAJOR
 
@@ -71,7 +73,8 @@ apt_get_waiting() {
   done
 }
 
-CORE_PACKAGES=(make gcc libc6-dev postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR)
+# shellcheck disable=SC2034  # used by the scripts that source this file
+CORE_PACKAGES=(make gcc libc6-dev "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR")
 
 # Builds idempo and installs it into the server's directories.
 build_and_install() {

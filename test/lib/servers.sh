@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Where each supported PostgreSQL major's server comes from.  Sourced by test/run (after
 # common.sh); defines functions only.
 #
@@ -114,11 +115,12 @@ ensure_chroot() {
   # on a mirror that is a snapshot
   printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; "--force-unsafe-io"; };' \
     'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/90idempo"
-  # shellcheck disable=SC2046
+  local base
+  read -r -a base <<<"$(chroot_base_packages "$m")"
   in_chroot "$m" MAJOR="$m" RELEASE="$rel" SUITE="$(debootstrap_suite_of "$rel")" \
-    MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in $(chroot_base_packages "$m"); do
+    MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in "${base[@]}"; do
       s=$(debian_source_of "$p") && printf '%s=%s ' "$p" "$s"; done)" \
-    bash -c "$CHROOT_INSTALL_SCRIPT" _ $(chroot_base_packages "$m")
+    bash -c "$CHROOT_INSTALL_SCRIPT" _ "${base[@]}"
 }
 
 # What ensure_chroot runs in the chroot (bash -c, the base packages as arguments; MAJOR, RELEASE,
@@ -129,6 +131,7 @@ ensure_chroot() {
 # run does not rebuild), and when it cannot be had, /var/lib/idempo/unavailable/PACKAGE says why
 # (the suite that needs it is then skipped with that reason: ensure_pg_extension; tried again a
 # day later).  Exits non-zero only when an available package failed to install.
+# shellcheck disable=SC2016  # a script for bash -c in the chroot: its variables expand there
 CHROOT_INSTALL_SCRIPT='
 export DEBIAN_FRONTEND=noninteractive
 where="Debian $SUITE"; [ "$RELEASE" = "$SUITE" ] || where="Debian $SUITE and $RELEASE"
@@ -222,7 +225,7 @@ chroot_mount() {
   if [ "${CHROOT_LOCKED:-}" = "$dir" ]; then
     stale=$(chroot_mounts_under "$dir")
     if [ -n "$stale" ]; then
-      log "unmounting what an earlier run left mounted in $dir: $(echo $stale)"
+      log "unmounting what an earlier run left mounted in $dir: ${stale//$'\n'/ }"
       chroot_unmount_under "$dir"
     fi
   fi
@@ -265,7 +268,7 @@ chroot_unmount_under() {
     umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null
   done < <(chroot_mounts_under "$1")
   left=$(chroot_mounts_under "$1")
-  [ -z "$left" ] || log "cannot unmount: $(echo $left)"
+  [ -z "$left" ] || log "cannot unmount: ${left//$'\n'/ }"
 }
 # chroot_processes DIR: the processes whose root is DIR (pid and command line, one a line).
 chroot_processes() {
@@ -296,10 +299,10 @@ chroot_leftovers() {
     mounts=$(chroot_mounts_under "$dir"); procs=$(chroot_processes "$dir")
     [ -z "$mounts$procs" ] && exit 0
     [ -n "$procs" ] && echo "left running: $(printf '%s\n' "$procs" | paste -sd ';' -)"
-    [ -n "$mounts" ] && echo "left mounted: $(echo $mounts)"
-    # shellcheck disable=SC2046
+    [ -n "$mounts" ] && echo "left mounted: ${mounts//$'\n'/ }"
+    # shellcheck disable=SC2046  # a list of pids: one argument each
     [ -n "$procs" ] && { kill $(printf '%s\n' "$procs" | cut -d' ' -f1) 2>/dev/null; sleep 2
-                          # shellcheck disable=SC2046
+                          # shellcheck disable=SC2046  # the same
                           kill -9 $(chroot_processes "$dir" | cut -d' ' -f1) 2>/dev/null; }
     chroot_unmount_under "$dir"
     exit 1
@@ -323,6 +326,7 @@ chroot_run() {
 in_chroot() {
   local m=$1; shift
   (
+    # shellcheck disable=SC2030  # this subshell's own mounts, undone by its own EXIT trap
     CHROOT_MOUNTS=()
     trap chroot_umount EXIT
     chroot_mount "$(chroot_dir_of "$m")"
@@ -350,7 +354,7 @@ find_vendor_dir() {
 }
 
 # Variables a developer may set that the run inside a chroot sees too.
-PASS_THROUGH_VARS="KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT EXPORTER_PORT UPGRADE_PORT"
+PASS_THROUGH_VARS="TESTS SKIPS SHOW_LINES KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT EXPORTER_PORT UPGRADE_PORT"
 
 # run_major_in_chroot MAJOR RESULTS: test/run for MAJOR in its chroot, on a copy of this tree
 # (the clone may be unreadable there), one run per chroot at a time; RESULTS gets its rows.
@@ -402,12 +406,13 @@ chroot_end_run() {
   local dir=$1 results=$2 procs mounts own mp left=
   procs=$(chroot_processes "$dir")
   if [ -n "$procs" ]; then
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046  # a list of pids: one argument each
     kill $(printf '%s\n' "$procs" | cut -d' ' -f1) 2>/dev/null; sleep 2
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046  # the same
     kill -9 $(chroot_processes "$dir" | cut -d' ' -f1) 2>/dev/null
     left="left running (stopped): $(printf '%s\n' "$procs" | paste -sd ';' -)"
   fi
+  # shellcheck disable=SC2031  # the mounts of the run's subshell, which calls this in its EXIT trap
   own=" ${CHROOT_MOUNTS[*]} "; mounts=
   while IFS= read -r mp; do [[ $own == *" $mp "* ]] || mounts+=" $mp"; done < <(chroot_mounts_under "$dir")
   [ -n "$mounts" ] && left="${left:+$left; }left mounted (unmounted):$mounts"
@@ -433,15 +438,15 @@ previous_major() {
 # ICU, LDAP, ...) are copied from OLD's release.  JIT is left out (it would need an old LLVM).
 # Done once per chroot (a stamp file); prints a reason and fails if the old binaries do not run.
 prepare_old_major() {
-  local old=$1 new=$2 newdir olddir stamp dl pkgs f so path missing round
+  local old=$1 new=$2 newdir olddir stamp dl f so path missing
   newdir=$(chroot_dir_of "$new"); stamp=$newdir/usr/lib/postgresql/$old/.idempo-old-major
   [ -f "$stamp" ] && return 0
-  pkgs="postgresql-$old postgresql-client-$old postgresql-server-dev-$old"
+  local pkgs=("postgresql-$old" "postgresql-client-$old" "postgresql-server-dev-$old")
   if major_is_native "$old"; then
     olddir=
     dl=$(mktemp -d "${TMPDIR:-/tmp}/idempo-old-debs.XXXXXX") || return 1
-    (cd "$dl" && { apt-get download -q $pkgs || { apt-get update -qq && apt-get download -q $pkgs; }; } >/dev/null 2>&1) \
-      || { echo "apt-get download $pkgs failed"; return 1; }
+    (cd "$dl" && { apt-get download -q "${pkgs[@]}" || { apt-get update -qq && apt-get download -q "${pkgs[@]}"; }; } >/dev/null 2>&1) \
+      || { echo "apt-get download ${pkgs[*]} failed"; return 1; }
   else
     olddir=$(chroot_dir_of "$old")
     [ -f "$olddir/.idempo-chroot" ] || with_chroot_lock "$old" ensure_chroot "$old" >&2 ||
@@ -449,15 +454,15 @@ prepare_old_major() {
     dl=$(mktemp -d "$olddir/tmp/idempo-old-debs.XXXXXX") || return 1
     # the packages the old chroot installed are in its apt archive (no need to enter it, which
     # a run there may be using); else download them there
-    for f in $pkgs; do cp "$olddir/var/cache/apt/archives/${f}_"*.deb "$dl/" 2>/dev/null || break; done
+    for f in "${pkgs[@]}"; do cp "$olddir/var/cache/apt/archives/${f}_"*.deb "$dl/" 2>/dev/null || break; done
     [ "$(find "$dl" -name '*.deb' | wc -l)" -eq 3 ] ||
-    with_chroot_lock "$old" in_chroot "$old" bash -c "cd '${dl#"$olddir"}' && { apt-get download -q $pkgs || { apt-get update -qq && apt-get download -q $pkgs; }; }" >/dev/null 2>&1 \
-      || { echo "apt-get download $pkgs failed in the $(debian_release_of "$old") chroot"; return 1; }
+    with_chroot_lock "$old" in_chroot "$old" bash -c "cd '${dl#"$olddir"}' && { apt-get download -q ${pkgs[*]} || { apt-get update -qq && apt-get download -q ${pkgs[*]}; }; }" >/dev/null 2>&1 \
+      || { echo "apt-get download ${pkgs[*]} failed in the $(debian_release_of "$old") chroot"; return 1; }
   fi
   for f in "$dl"/*.deb; do dpkg-deb -x "$f" "$newdir" || { echo "cannot unpack $f"; return 1; }; done
   rm -rf "$dl"
   rm -rf "$newdir/usr/lib/postgresql/$old/lib/llvmjit"* "$newdir/usr/lib/postgresql/$old/lib/bitcode"
-  for round in 1 2 3 4 5; do
+  for _ in 1 2 3 4 5; do
     missing=$(chroot "$newdir" sh -c "ldd /usr/lib/postgresql/$old/bin/* /usr/lib/postgresql/$old/lib/*.so 2>/dev/null" \
               | awk '/not found/ { print $1 }' | sort -u)
     [ -z "$missing" ] && break

@@ -32,7 +32,7 @@ if [ -n "${APT_TARGET:-}" ]; then
   printf 'Package: postgresql-%s postgresql-%s-* postgresql-*-%s libpq5 libpq-dev libpq-oauth\nPin: release a=%s\nPin-Priority: 500\n' \
     "$M" "$M" "$M" "$APT_TARGET" >/etc/apt/preferences.d/idempo-server
 fi
-deb_of() { ls "$HERE"/debs/postgresql-"$M"-idempo_"$1"_*.deb 2>/dev/null | head -1; }
+deb_of() { local f; for f in "$HERE"/debs/postgresql-"$M"-idempo_"$1"_*.deb; do [ -e "$f" ] && echo "$f"; return 0; done; }
 
 # The main cluster Debian's postgresql-M made when it was installed, as a user would set it up
 # for idempo (docs: README's install section), on a Unix socket only (this environment shares
@@ -46,8 +46,8 @@ psqlm() { runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 --cluster "$M/mai
 
 # workers_running DB: the launcher and DB's sweeper run (waits up to 30 s)
 workers_running() {
-  local i got
-  for i in $(seq 60); do
+  local got
+  for _ in $(seq 60); do
     got=$(psqlm -d "$1" -At -c "
       SELECT count(*) FILTER (WHERE kind = 'launcher' AND pid > 0) || ' '
           || count(*) FILTER (WHERE kind = 'sweeper' AND d.datname = current_database()
@@ -105,10 +105,11 @@ run_test() {
 }
 
 no_build_tools() {
-  local found=() t
+  local found=() more=() t
   for t in gcc cc c99 clang make; do command -v "$t" >/dev/null && found+=("$t"); done
-  found+=($(dpkg-query -W -f='${db:Status-Status} ${Package}\n' 2>/dev/null |
-            awk '$1 == "installed" && $2 ~ /^(gcc|gcc-[0-9]+|cpp|clang(-[0-9]+)?|make|postgresql-server-dev-.*|libpq-dev|libc6-dev)$/ { print $2 }'))
+  mapfile -t more < <(dpkg-query -W -f='${db:Status-Status} ${Package}\n' 2>/dev/null |
+            awk '$1 == "installed" && $2 ~ /^(gcc|gcc-[0-9]+|cpp|clang(-[0-9]+)?|make|postgresql-server-dev-.*|libpq-dev|libc6-dev)$/ { print $2 }')
+  found+=("${more[@]}")
   [ -e "/usr/include/postgresql/$M/server/postgres.h" ] && found+=(server-headers)
   if [ ${#found[@]} -eq 0 ]; then ok "no build tools here: no gcc, cc, clang, make, libc6-dev, server headers"
   else failed "build tools present: ${found[*]}"; fi
@@ -148,10 +149,10 @@ install)
   fi
   grep -E 'tests passed|tests failed|^# All|^# [0-9]+ of|failed|worker:' "$HERE/installed.log" >&2
   # its dependencies (make, the server headers) come only now: the checks above ran without them
-  deps=$(test_depends installcheck | paste -sd' ')
+  mapfile -t dep_list < <(test_depends installcheck)
+  deps=${dep_list[*]}
   step "apt-get install $deps (debian/tests/control: installcheck)"
-  # shellcheck disable=SC2086
-  if [ -z "$deps" ] || ! apt_install $deps; then
+  if [ -z "$deps" ] || ! apt_install "${dep_list[@]}"; then
     failed "could not install the installcheck test's dependencies"
   else
     step "debian/tests/installcheck"
