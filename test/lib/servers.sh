@@ -68,7 +68,7 @@ chroot_base_packages() {
     make gcc libc6-dev procps util-linux ca-certificates curl \
     libipc-run-perl libtap-parser-sourcehandler-pgtap-perl python3 python3-psycopg python3-yaml \
     clang libclang-rt-dev nodejs npm prometheus-postgres-exporter gnuplot-nox \
-    libkrb5-dev libzstd-dev liblz4-dev libicu-dev libcurl4-openssl-dev
+    libkrb5-dev libzstd-dev liblz4-dev libicu-dev libcurl4-openssl-dev flex
 }
 
 # ensure_chroot MAJOR: builds the chroot of the major's release unless it is cached (complete
