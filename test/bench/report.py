@@ -173,7 +173,7 @@ w("What idempo adds to a protected write transaction, against the floor (a bare 
   f"targets use: {meta.get('target_rounds', meta.get('rounds'))} rounds, each one run with the "
   "variants' transactions interleaved), not lone absolute times. Under load (8 and 64 clients, "
   "durable commits, hot keys, the cost of each option): [benchmarks-load.md](benchmarks-load.md); "
-  "PostgreSQL 15, 17 and 18 side by side: [benchmarks-versions.md](benchmarks-versions.md); up to "
+  "PostgreSQL 15, 17, 18 and 19 side by side: [benchmarks-versions.md](benchmarks-versions.md); up to "
   "10⁸ stored operations: [benchmarks-scale.md](benchmarks-scale.md); what a claim costs step by "
   "step, and the layout levers: [benchmarks-claim-cost.md](benchmarks-claim-cost.md).\n")
 w(f"- Date: {meta.get('date')}; command: `{meta.get('command')}` (as root, from the clone); "

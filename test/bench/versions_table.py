@@ -41,7 +41,7 @@ def num(s):
 rows = []
 for path in sys.argv[1:]:
     lines = open(path).read().splitlines()
-    pg = next((re.search(r"PostgreSQL (\d+\.\d+)", ln).group(1) for ln in lines
+    pg = next((re.search(r"PostgreSQL (\d+(?:\.\d+|(?:beta|rc)\d+))", ln).group(1) for ln in lines
                if ln.startswith("- PostgreSQL")), "?")
     off = section(lines, "1 client, server and pgbench pinned")
     on = section(lines, "1 client, pinned, synchronous_commit on")
