@@ -12,6 +12,10 @@ REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=results
 ISOLATION    = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=results/isolation
+# pg_isolation_regress makes its --outputdir but not the parent: results/ must exist when the
+# specs run without the regression tests (make installcheck REGRESS= ISOLATION=..., which is
+# what test/run's isolation suite and TESTS=isolation:SPEC do on a tree without results/).
+REGRESS_PREP = results-dir
 
 PG_CPPFLAGS  = -I$(srcdir)/src
 PG_CFLAGS    = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
@@ -22,6 +26,10 @@ PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 EXTRA_CLEAN  = results
+
+.PHONY: results-dir
+results-dir:
+	@mkdir -p results
 
 # PGXS does not track header dependencies; every object depends on our headers.
 $(OBJS): $(wildcard src/*.h)
