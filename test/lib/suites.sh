@@ -15,7 +15,7 @@ make_as_pg() {
 # suite_installcheck regress|isolation DBNAME TEST...: make installcheck with only that kind's
 # tests (pg_regress or pg_isolation_regress, the Makefile's options) in a database of its own.
 suite_installcheck() {
-  local kind=$1 db=$2 out rc vars; shift 2
+  local kind=$1 db=$2 out rc vars ok bad f; shift 2
   if [ "$kind" = regress ]; then vars=(REGRESS="$*" ISOLATION= CONTRIB_TESTDB="$db")
   else vars=(REGRESS= ISOLATION="$*" ISOLATION_TESTDB="$db"); fi
   out=$(make_as_pg installcheck "${vars[@]}" 2>&1); rc=$?
@@ -26,18 +26,25 @@ suite_installcheck() {
     done
   fi
   # one line per test: "name ... ok" (15), "ok N - name" / "not ok N - name" (16 on, TAP)
-  printf '%d passed, %d failed\n' "$(printf '%s\n' "$out" | grep -cE '\.\.\. ok|^ok [0-9]+ ')" \
-    "$(printf '%s\n' "$out" | grep -cE '\.\.\. (FAILED|failed)|^not ok [0-9]+ ')"
+  ok=$(printf '%s\n' "$out" | grep -cE '\.\.\. ok|^ok [0-9]+ ')
+  bad=$(printf '%s\n' "$out" | grep -cE '\.\.\. (FAILED|failed)|^not ok [0-9]+ ')
+  # exit 0 without one test counted: nothing ran (an empty list), or the output is not understood
+  if [ "$rc" -eq 0 ] && [ $((ok + bad)) -eq 0 ]; then echo "no $kind test ran (tests: ${*:-none})"; return 1; fi
+  printf '%d passed, %d failed\n' "$ok" "$bad"
   return "$rc"
 }
 
-# prove_counts OUTPUT: "N passed, N failed" from the summary of prove or pg_prove (test files).
+# prove_counts OUTPUT: "N passed, N failed" from the summary of prove or pg_prove (test files):
+# Files=N, and a failed file for each file of the "Test Summary Report" with a failed test, a
+# non-zero exit or wait status or a parse error (a file there for a passed TODO only passed).
+# (TAP::Harness 3 prints no "Failed N/M test programs" line: counting that one gave 0 failed.)
 prove_counts() {
-  local files bad
-  files=$(printf '%s\n' "$1" | sed -n 's/^Files=\([0-9]*\),.*/\1/p')
-  bad=$(printf '%s\n' "$1" | sed -n 's/^Failed \([0-9]*\)\/[0-9]* test programs.*/\1/p')
-  files=${files:-0}; bad=${bad:-0}
-  echo "$((files - bad < 0 ? 0 : files - bad)) passed, $bad failed"
+  printf '%s\n' "$1" | awk '
+    /^Files=[0-9]+,/ { split($1, a, /[=,]/); files = a[2] }
+    /^Test Summary Report/ { report = 1; next }
+    report && /^[^ ].* \(Wstat: / { file = $0; next }
+    report && file != "" && /^  (Failed tests?:|Non-zero (exit|wait) status:|Parse errors:)/ { bad[file] = 1 }
+    END { n = 0; for (f in bad) n++; ok = files - n; printf "%d passed, %d failed\n", ok < 0 ? 0 : ok, n }'
 }
 
 # suite_pgtap FILE...: the pgTAP files (test/pgtap) with pg_prove in a database of their own.
@@ -62,6 +69,11 @@ suite_tap() {
   [ $# -gt 0 ] || { echo "0 passed, 0 failed"; return 0; }
   out=$(make_as_pg prove_installcheck PROVE_TESTS="${files[*]/%/.pl}" PROVE_FLAGS="${PROVE_FLAGS:-}" 2>&1); rc=$?
   printf '%s\n' "$out"
+  # PGXS's prove_installcheck only echoes "TAP tests not enabled" (exit 0) for a server built
+  # without --enable-tap-tests: no "Result: PASS", no pass
+  if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -q '^Result: PASS'; then
+    echo "prove did not report 'Result: PASS'"; return 1
+  fi
   if [ "$rc" -ne 0 ]; then
     for f in "$WORK"/src/tmp_check/log/*.log; do
       [ -f "$f" ] && { echo "---- $f"; tail -40 "$f"; }
