@@ -212,10 +212,17 @@ CREATE FUNCTION idempo.claim(
     run_id             text        DEFAULT NULL,
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
-    complete_on_commit boolean     DEFAULT false)
+    complete_on_commit boolean     DEFAULT false,
+    lease              interval    DEFAULT NULL)
     RETURNS idempo.claim_result
     AS 'MODULE_PATHNAME', 'idempo_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The version of the installed SQL objects (the same on the managed edition, which is no
+-- extension): what the client libraries check once at first use (ALTER EXTENSION UPDATE changes it).
+CREATE FUNCTION idempo.version() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT '0.3.0'::text $$;
+COMMENT ON FUNCTION idempo.version() IS 'The version of idempo''s installed SQL objects.';
 
 CREATE FUNCTION idempo.complete(
     scope      text,
@@ -966,4 +973,6 @@ GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
 -- used by the views; harmless
 GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
+-- the client libraries check it before anything else, whatever the role may do
+GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
