@@ -75,4 +75,101 @@ SELECT regress.err($$SELECT idempo.claim('lease.s', 'b1', lease => '2 months')$$
 SELECT regress.err($$SELECT idempo.claim('lease.s', 'b1', lease => '1 mon -40 days')$$);
 SELECT regress.err($$SELECT idempo.claim('lease.s', 'b1', lease => '1 day -23 hours')$$);
 SELECT count(*) AS nothing_written FROM idempo.operations WHERE scope = 'lease.s' AND key = 'b1';
+
+-- heartbeat(scope, key, attempt, extend): a running attempt extends its lease
+CREATE FUNCTION regress.err_t(stmt text) RETURNS text LANGUAGE sql AS
+$$ SELECT regexp_replace(regress.err(stmt), '\d{4}-\d\d-\d\d [0-9:.+-]+', 'T', 'g') $$;
+CREATE FUNCTION regress.left_of(s text, k text) RETURNS interval LANGUAGE sql AS
+$$ SELECT date_trunc('minute', lease_expires_at - idempo.now() + interval '30 seconds')
+   FROM idempo.operations WHERE scope = s AND key = k $$;
+SELECT name FROM idempo.create_scope('hb.s', lease => '5 minutes', retention => '1 day');
+SELECT name FROM idempo.create_scope('hb.retry', lease => '5 minutes', retention => '1 day',
+                                     on_lease_expiry => 'retry');
+SELECT name FROM idempo.create_scope('hb.hashed', lease => '5 minutes', retention => '1 day',
+                                     hash_keys => true);
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'h1');
+CREATE TEMP TABLE hb AS SELECT idempo.heartbeat('hb.s', 'h1', 1, '1 hour') AS until;
+SELECT hb.until = o.lease_expires_at AS returned_written, regress.left_of('hb.s', 'h1'),
+       o.sweep_at = o.lease_expires_at AS sweep_follows, o.status
+FROM hb, idempo.operations o WHERE o.scope = 'hb.s' AND o.key = 'h1';
+-- never shortens: a shorter extend leaves the lease as it is, and returns it
+SELECT idempo.heartbeat('hb.s', 'h1', 1, '1 minute') = (SELECT until FROM hb) AS unchanged;
+SELECT regress.left_of('hb.s', 'h1');
+-- extend NULL: the scope's lease (a claim's own lease is not remembered)
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'h2', lease => '1 minute');
+SELECT idempo.heartbeat('hb.s', 'h2', 1) IS NOT NULL AS extended, regress.left_of('hb.s', 'h2');
+-- the extended lease makes the next claim busy past the old one, and the sweep leaves it
+SET idempo.clock_offset = '30 minutes';
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'h1');
+SELECT lease_expired FROM idempo.sweep();
+SELECT status FROM idempo.operations WHERE scope = 'hb.s' AND key = 'h1';
+RESET idempo.clock_offset;
+
+-- fenced by attempt, as complete(): superseded 55000, not yet existing 22023, no operation 42704
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'h3');
+SELECT idempo.fail('hb.s', 'h3', 1, 'timeout', retryable => true);
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'h3');
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h3', 1)$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h3', 3)$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'nobody', 1)$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'nobody', NULL)$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.nowhere', 'h3', 1)$$);
+-- attempt NULL outside the transaction that acquired it: refused, naming the attempt
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h3', NULL)$$);
+-- not running: finished, retryable, complete_on_commit (never had a lease)
+SELECT idempo.complete('hb.s', 'h3', 2);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h3', 2)$$);
+SELECT outcome FROM idempo.claim('hb.s', 'h4', complete_on_commit => true);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h4', 1)$$);
+SELECT outcome FROM idempo.claim('hb.s', 'h5');
+SELECT idempo.fail('hb.s', 'h5', 1, 'timeout', retryable => true);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h5', 1)$$);
+
+-- a lease that ran out is never extended, though nothing has moved the record yet: from that
+-- instant a claim may take it over ('retry') or make it unknown
+SELECT outcome, attempt FROM idempo.claim('hb.s', 'e1', lease => '1 minute');
+SELECT outcome, attempt FROM idempo.claim('hb.retry', 'e2', lease => '1 minute');
+SET idempo.clock_offset = '2 minutes';
+SELECT regress.err_t($$SELECT idempo.heartbeat('hb.s', 'e1', 1)$$);
+SELECT regress.err_t($$SELECT idempo.heartbeat('hb.retry', 'e2', 1, '1 hour')$$);
+SELECT scope, key, status, attempt FROM idempo.operations WHERE key IN ('e1', 'e2') ORDER BY 1;
+-- moved by the sweep: unknown
+SELECT lease_expired FROM idempo.sweep();
+SELECT regress.err_t($$SELECT idempo.heartbeat('hb.s', 'e1', 1)$$);
+-- taken over by the next attempt
+SELECT outcome, attempt FROM idempo.claim('hb.retry', 'e2');
+SELECT regress.err($$SELECT idempo.heartbeat('hb.retry', 'e2', 1)$$);
+SELECT idempo.heartbeat('hb.retry', 'e2', 2) IS NOT NULL AS the_new_attempt_may;
+-- retention over: review, whatever the lease
+RESET idempo.clock_offset;
+SELECT outcome FROM idempo.claim('hb.s', 'e3');
+SELECT idempo.heartbeat('hb.s', 'e3', 1, '23 hours') IS NOT NULL AS extended;
+SET idempo.clock_offset = '1 day 1 minute';
+SELECT regress.err_t($$SELECT idempo.heartbeat('hb.s', 'e3', 1)$$);
+RESET idempo.clock_offset;
+
+-- bounds of extend: those of a claim's lease
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h2', 1, '0')$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h2', 1, '-5 minutes')$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h2', 1, '1 day')$$);
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h2', 1, '1 day -1 hour')$$);
+
+-- in the transaction that claimed it: attempt NULL is that attempt; complete() afterwards
+BEGIN;
+SELECT outcome, attempt FROM idempo.claim('hb.s', 't1', lease => '1 minute');
+SELECT idempo.heartbeat('hb.s', 't1', NULL, '10 minutes') IS NOT NULL AS extended;
+SELECT regress.left_of('hb.s', 't1');
+SELECT idempo.complete('hb.s', 't1', result => '{"ok":true}');
+COMMIT;
+SELECT status, lease_expires_at IS NULL AS no_lease FROM idempo.operations WHERE scope = 'hb.s' AND key = 't1';
+-- a read-only transaction cannot extend
+BEGIN READ ONLY;
+SELECT regress.err($$SELECT idempo.heartbeat('hb.s', 'h2', 1)$$);
+ROLLBACK;
+-- hash_keys scopes: the key as the caller knows it
+SELECT outcome, attempt FROM idempo.claim('hb.hashed', 'customer@example.com', lease => '1 minute');
+SELECT idempo.heartbeat('hb.hashed', 'customer@example.com', 1, '20 minutes') IS NOT NULL AS extended;
+SELECT regress.left_of('hb.hashed', idempo.stored_key('hb.hashed', 'customer@example.com'));
+SELECT regress.err($$SELECT idempo.heartbeat('hb.hashed', 'other@example.com', 1)$$);
+SELECT * FROM idempo.check_consistency();
 SELECT * FROM idempo.check_consistency();

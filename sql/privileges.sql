@@ -21,6 +21,7 @@ GRANT EXECUTE ON FUNCTION
     idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval),
     idempo.complete(text, text, integer, jsonb, text),
     idempo.fail(text, text, integer, text, boolean),
+    idempo.heartbeat(text, text, integer, interval),
     idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.lookup(text, text)
 TO regress_idempo_app;

@@ -733,55 +733,20 @@ bool_arg(FunctionCallInfo fcinfo, int argno, const char *name, const ClaimArgs *
 	return PG_GETARG_BOOL(argno);
 }
 
-/* An interval as SQL prints it, for messages. */
-static char *
-interval_text(const Interval *iv)
-{
-	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(iv)));
-}
-
 /*
  * claim(..., lease): the lease this claim takes instead of the scope's, for
- * the attempt it acquires or the verification lease of an unknown outcome.
- * Bounded as the scope's own lease is (check_scope()): positive and shorter
- * than the scope's retention, since unfinished work goes to review when the
- * retention runs out and a longer lease would never be used.  NULL, and the
- * SQL objects of 0.1.0/0.2.0 (whose claim has no such argument): the scope's.
+ * the attempt it acquires or the verification lease of an unknown outcome
+ * (bounded as the scope's own: idempo_lease_check()).  NULL, and the SQL
+ * objects of 0.1.0/0.2.0 (whose claim has no such argument): the scope's.
  */
 static void
 lease_arg(FunctionCallInfo fcinfo, int argno, ClaimArgs *a)
 {
-	Interval	zero;
-	Interval   *iv;
-
 	a->lease = a->scope->lease;
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return;
-	iv = PG_GETARG_INTERVAL_P(argno);
-	memset(&zero, 0, sizeof(zero));
-	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(iv),
-										  IntervalPGetDatum(&zero))) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease of the claim of key \"%s\" in scope \"%s\" must be positive, not %s",
-						a->key, a->scope->name, interval_text(iv)),
-				 errhint("Pass how long this attempt may run before its outcome counts as unknown, or leave lease out for the scope's (%s).",
-						 interval_text(&a->scope->lease))));
-	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(iv),
-										  IntervalPGetDatum(&a->scope->retention))) >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease %s of the claim of key \"%s\" in scope \"%s\" is not shorter than the scope's retention (%s)",
-						interval_text(iv), a->key, a->scope->name, interval_text(&a->scope->retention)),
-				 errhint("Unfinished work goes to review when the retention runs out: a lease that outlives it would never be used.")));
-	/* added to a time on the calendar part by part (clock.c): every part must run forward */
-	if (iv->month < 0 || iv->day < 0 || iv->time < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease of the claim of key \"%s\" in scope \"%s\" has a part that runs backwards: %s",
-						a->key, a->scope->name, interval_text(iv)),
-				 errhint("Give no part a negative sign, e.g. '1 day' rather than '1 mon -29 days'.")));
-	a->lease = *iv;
+	a->lease = *PG_GETARG_INTERVAL_P(argno);
+	idempo_lease_check(&a->lease, a->scope, a->key, "lease", "claim");
 }
 
 /*

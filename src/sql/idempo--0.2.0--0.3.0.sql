@@ -775,3 +775,16 @@ CREATE FUNCTION idempo.claim(
     AS 'MODULE_PATHNAME', 'idempo_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval) FROM PUBLIC;
+
+-- heartbeat(): a running attempt extends its lease (src/heartbeat.c)
+-- Extends the lease of the running attempt (in_progress, its lease not yet run out) to now + extend
+-- (NULL: the scope's lease), never shortening it; returns the lease it holds now (src/heartbeat.c).
+CREATE FUNCTION idempo.heartbeat(
+    scope   text,
+    key     text,
+    attempt integer,
+    extend  interval DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_heartbeat'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION idempo.heartbeat(text, text, integer, interval) FROM PUBLIC;

@@ -244,6 +244,17 @@ CREATE FUNCTION idempo.fail(
     AS 'MODULE_PATHNAME', 'idempo_fail'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Extends the lease of the running attempt (in_progress, its lease not yet run out) to now + extend
+-- (NULL: the scope's lease), never shortening it; returns the lease it holds now (src/heartbeat.c).
+CREATE FUNCTION idempo.heartbeat(
+    scope   text,
+    key     text,
+    attempt integer,
+    extend  interval DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_heartbeat'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
     AS 'MODULE_PATHNAME', 'idempo_lookup'
     LANGUAGE C STABLE PARALLEL UNSAFE;
