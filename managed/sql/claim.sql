@@ -13,14 +13,14 @@
 
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
-    LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql IMMUTABLE AS $$
     SELECT ((t AT TIME ZONE 'UTC') + iv) AT TIME ZONE 'UTC'
 $$;
 
 -- The session's table of this transaction's attempts, created on first use; refused if a
 -- table of that name is not ours (a caller's own temporary table would let it forge attempts).
 CREATE FUNCTION idempo.managed_txn_table() RETURNS void
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     t regclass := to_regclass('pg_temp.idempo_txn_attempts');
     mine boolean;
@@ -82,7 +82,7 @@ $$;
 -- Notes (kind, scope, key) for this transaction, replacing its earlier note of the same.
 CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p_attempt integer,
                                         p_on_commit boolean, p_lease_until timestamptz, p_replicated boolean)
-    RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     cur xid8 := pg_current_xact_id();
 BEGIN
@@ -101,7 +101,7 @@ $$;
 
 CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean,
                                             p_replicated boolean)
-    RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS void LANGUAGE sql AS $$
     SELECT idempo.managed_txn_note('attempt', p_scope, p_key, p_attempt, p_on_commit, NULL, p_replicated)
 $$;
 
@@ -110,7 +110,7 @@ $$;
 CREATE FUNCTION idempo.managed_txn_lookup(p_scope text, p_key text, p_kind text DEFAULT 'attempt',
                                           OUT attempt integer, OUT on_commit boolean, OUT finished boolean,
                                           OUT lease_until timestamptz)
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     cur xid8 := pg_current_xact_id_if_assigned();   -- none: this transaction wrote nothing yet
 BEGIN
@@ -190,7 +190,7 @@ $$;
 -- The state of a freshly acquired attempt (claim.c: row_acquire); attempt and first_seen_at set by the caller
 CREATE FUNCTION idempo.managed_acquire(o idempo.operations, s idempo.scopes, p_now timestamptz, p_fp bytea,
                                        p_params jsonb, p_run_id text, p_on_commit boolean)
-    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     o.last_attempt_at := p_now;
     o.run_id := p_run_id;
@@ -223,7 +223,7 @@ $$;
 -- A brand-new record (attempt 1), or a stale one (attempt 0, in review): claim.c's row_new
 CREATE FUNCTION idempo.managed_new_row(s idempo.scopes, p_key text, p_now timestamptz, p_fp bytea,
                                        p_params jsonb, p_run_id text, p_on_commit boolean, p_stale boolean)
-    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     o idempo.operations;
 BEGIN
@@ -245,7 +245,7 @@ END
 $$;
 
 CREATE FUNCTION idempo.managed_write(o idempo.operations) RETURNS void
-    LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql AS $$
     UPDATE idempo.operations AS x SET fingerprint = o.fingerprint, status = o.status, attempt = o.attempt,
         run_id = o.run_id, first_seen_at = o.first_seen_at, last_attempt_at = o.last_attempt_at,
         lease_expires_at = o.lease_expires_at, completed_at = o.completed_at, expires_at = o.expires_at,
@@ -267,7 +267,7 @@ CREATE FUNCTION idempo.managed_decide(
     p_intent_at timestamptz, p_on_commit boolean, p_mode text,
     OUT outcome idempo.outcome, OUT o idempo.operations, OUT review_id bigint,
     OUT from_status idempo.status, OUT record_conflict boolean)
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     ro boolean := p_mode = 'read';
     stale boolean := p_intent_at IS NOT NULL AND idempo.managed_plus(p_intent_at, s.retention) < p_now;
@@ -908,7 +908,7 @@ $$;
 CREATE FUNCTION idempo.managed_finish(p_scope text, p_key text, p_attempt integer, p_to idempo.status,
                                       p_result jsonb, p_target_ref text, p_error text, p_verb text,
                                       p_retryable_null boolean)
-    RETURNS idempo.status LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.status LANGUAGE plpgsql AS $$
 DECLARE
     s idempo.scopes;
     k text;
