@@ -718,7 +718,8 @@ BEGIN
     until := idempo.managed_plus(t, ext);
     -- never shortens: a late or repeated heartbeat cannot cut a lease short
     IF until > o.lease_expires_at THEN
-        UPDATE idempo.operations AS x SET lease_expires_at = until, sweep_at = LEAST(until, review_at)
+        UPDATE idempo.operations AS x SET lease_expires_at = until, sweep_at = LEAST(until, review_at),
+               last_attempt_at = GREATEST(o.last_attempt_at, t)   -- verify's settle window counts from here
          WHERE x.scope = s.name AND x.key = k;
         RETURN until;
     END IF;

@@ -400,6 +400,37 @@ BEGIN
 END
 $$;
 
+-- The update drops claim(), create_scope() and alter_scope() and creates them again with more
+-- parameters.  A user's view or BEGIN ATOMIC function that uses one would stop it with
+-- PostgreSQL's "use DROP ... CASCADE" (which would drop the user's objects): name them and say
+-- what to do instead, before anything is changed.  Plain SQL and PL/pgSQL functions record no
+-- dependency and keep working.
+DO $$
+DECLARE
+    deps text;
+BEGIN
+    SELECT pg_catalog.string_agg(t.what, '; ' ORDER BY t.what) INTO deps
+    FROM (SELECT DISTINCT
+                 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                      THEN (SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 0)
+                            FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+                      ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END
+                 OPERATOR(pg_catalog.||) ' uses idempo.' OPERATOR(pg_catalog.||) p.proname OPERATOR(pg_catalog.||) '()' AS what
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.refobjid
+          WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+            AND p.pronamespace OPERATOR(pg_catalog.=) 'idempo'::pg_catalog.regnamespace
+            AND p.proname IN ('claim', 'create_scope', 'alter_scope')
+            AND d.deptype OPERATOR(pg_catalog.=) 'n') AS t;
+    IF deps IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update idempo to 0.3.0: %', deps
+            USING ERRCODE = '2BP01',
+                  DETAIL = 'The update replaces idempo.claim(), idempo.create_scope() and idempo.alter_scope() with forms that take more parameters; nothing was changed.',
+                  HINT = 'Drop these objects (keep their definitions: pg_get_viewdef(), pg_get_functiondef()), update, then create them again; the same calls work with the new functions.';
+    END IF;
+END
+$$;
+
 DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
 CREATE FUNCTION idempo.create_scope(
     name                text,
