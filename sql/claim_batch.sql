@@ -115,6 +115,35 @@ COMMIT;
 -- wait => false with nobody holding the keys: the same answers
 SELECT position, key, outcome FROM idempo.claim_batch('b', ARRAY['w-1', 'm-1'], wait => false);
 
+-- replays are read in one probe of all the keys (outside audit scopes); what the probe cannot
+-- answer goes through claim(): a key this transaction acquired, a differing request, a record
+-- past its expiry, a remembered key not yet shrunk
+SELECT name FROM idempo.create_scope('b.fast', retention => '1 hour', lease => '1 minute',
+                                     store_params => true, remember => '1 day');
+BEGIN;
+SELECT position, key, outcome, status
+FROM idempo.claim_batch('b.fast', ARRAY['f-1', 'f-2', 'f-3'], ARRAY['{"n":1}', '{"n":2}', '{"n":3}']::jsonb[]);
+SELECT * FROM idempo.complete_batch('b.fast', ARRAY['f-1', 'f-2', 'f-3'],
+                                    results => ARRAY[NULL, '{"r":2}', NULL]::jsonb[],
+                                    target_refs => ARRAY[NULL, 'T-2', 'T-3']);
+COMMIT;
+BEGIN;
+SELECT position, key, outcome, status, attempt
+FROM idempo.claim_batch('b.fast', ARRAY['f-9'], complete_on_commit => true);
+-- f-9 was acquired by this transaction (written as succeeded): acquired again, not a replay
+SELECT position, key, duplicate_of, outcome, status, attempt, result, target_ref,
+       completed_at IS NOT NULL AS has_completed_at, conflict_id IS NOT NULL AS has_conflict
+FROM idempo.claim_batch('b.fast', ARRAY['f-9', 'f-3', 'f-2', 'f-1', 'f-2', 'f-4'],
+                        ARRAY[NULL, '{"n":3}', '{"n":2}', '{"n":99}', NULL, '{"n":4}']::jsonb[]);
+ROLLBACK;
+SELECT key, incoming_params FROM idempo.conflicts WHERE scope = 'b.fast';
+-- two hours later the records are past expires_at: claim() shrinks them to remembered keys (expired);
+-- once shrunk (by a claim or the sweep) the probe answers them
+SET idempo.clock_offset = '2 hours';
+SELECT position, key, outcome, status, result, target_ref FROM idempo.claim_batch('b.fast', ARRAY['f-2', 'f-1']);
+SELECT position, key, outcome, status, result, target_ref FROM idempo.claim_batch('b.fast', ARRAY['f-2', 'f-1', 'f-3']);
+RESET idempo.clock_offset;
+
 -- bad input is refused before anything is claimed
 SELECT regress.err($$SELECT * FROM idempo.claim_batch('b', ARRAY['x-1', NULL, 'x-2'])$$);
 SELECT regress.err($$SELECT * FROM idempo.claim_batch('b', ARRAY['x-1', 'x-2'], ARRAY['{}']::jsonb[])$$);

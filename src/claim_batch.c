@@ -31,6 +31,16 @@
  *	 wait => false a key held elsewhere answers 'busy' and the others go
  *	 on; with wait => true the batch waits for another transaction's
  *	 uncommitted claim of a key, as a claim does.
+ * - Replays in one probe.  Before any element is claimed, one statement
+ *	 reads the records of all the batch's keys (through the primary key, no
+ *	 lock).  An element whose record is finished, not due for expiry, and
+ *	 requested with the same fingerprint (or none) is answered 'replay' (or
+ *	 'expired', a remembered key) from that read, as claim() answers it:
+ *	 that answer writes nothing, and a read-only claim gives it from the same
+ *	 plain read.  Everything else -- new keys, unfinished records, expiry
+ *	 due, a differing fingerprint, a key this transaction acquired -- goes
+ *	 through claim() as above.  Not in audit scopes (each claim writes an
+ *	 event there), nor on Citus (each key's call goes to its node).
  * - Limits.  At most IDEMPO_BATCH_MAX elements; NULL keys, arrays of other
  *	 lengths than keys and arrays of more than one dimension are refused
  *	 before anything is claimed.  An element's error (a blank key, a
@@ -47,6 +57,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/catcache.h"
@@ -55,6 +66,9 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
+
+#include "citus.h"
+#include "op_row.h"
 
 PG_FUNCTION_INFO_V1(idempo_claim_batch);
 PG_FUNCTION_INFO_V1(idempo_complete_batch);
@@ -87,7 +101,11 @@ typedef struct BatchArray
 typedef struct BatchFn
 {
 	FmgrInfo	single;
+	TupleDesc	result_desc;	/* claim_batch: of idempo.claim_result */
 } BatchFn;
+
+/* The probe of the batch's records (kept; SPI re-plans it after a change of the table) */
+static SPIPlanPtr probe_plan = NULL;
 
 /* The error context: which element was being decided. */
 typedef struct BatchContext
@@ -151,6 +169,16 @@ batch_single(FunctionCallInfo fcinfo, const char *name, const char *prosrc)
 
 	fn = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(BatchFn));
 	fmgr_info_cxt(found, &fn->single, fcinfo->flinfo->fn_mcxt);
+	if (strcmp(name, "claim") == 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		TupleDesc	desc;
+
+		if (get_func_result_type(found, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "idempo.claim must return a composite type");
+		fn->result_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+	}
 	fcinfo->flinfo->fn_extra = fn;
 	return &fn->single;
 }
@@ -226,6 +254,16 @@ elem_cmp(const void *a, const void *b)
 	return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
+/* The order's comparison by stored key only (bsearch). */
+static int
+elem_cmp_key(const void *a, const void *b)
+{
+	const BatchElem *x = *(const BatchElem *const *) a;
+	const BatchElem *y = *(const BatchElem *const *) b;
+
+	return strcmp(x->stored, y->stored);
+}
+
 /*
  * The elements in canonical order, with their stored keys and duplicates
  * marked; for a batch of claims (params != NULL or fingerprints wanted)
@@ -298,6 +336,154 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	idempo_spi_end(&session);
 	*elems_out = elems;
 	return order;
+}
+
+/*
+ * The replays of the batch, from one read of its records (see the file
+ * header): answers[pos] is set for the elements answered here; the others
+ * are left to claim().  Runs in an SPI session of its own.
+ */
+static void
+batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchArray *params,
+					BatchElem *elems, BatchElem **order, TupleDesc result_desc,
+					Datum *answers, BatchContext *ctx)
+{
+	IdempoSpiSession session;
+	const IdempoScope *scope;
+	MemoryContext callcxt = CurrentMemoryContext;
+	Datum	   *distinct;
+	int			ndistinct = 0;
+	Datum		args[2];
+	TimestampTz now;
+	uint64		row;
+	bool		checked = false;
+	int			i;
+
+	if (idempo_citus_distributed())
+		return;
+	idempo_spi_begin(&session);
+	scope = idempo_scope_get(scope_name);
+	if (scope->audit)
+	{
+		idempo_spi_end(&session);
+		return;
+	}
+
+	/* the stored keys, each once, in order */
+	distinct = palloc(sizeof(Datum) * keys->n);
+	for (i = 0; i < keys->n; i++)
+		if (order[i]->first < 0)
+			distinct[ndistinct++] = CStringGetTextDatum(order[i]->stored);
+
+	if (probe_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT key, " OP_COLUMNS " FROM idempo.operations "
+									   "WHERE scope OPERATOR(pg_catalog.=) $1 "
+									   "AND key OPERATOR(pg_catalog.=) ANY ($2)", 2, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare the probe of claim_batch: %s", SPI_result_code_string(SPI_result));
+		probe_plan = plan;
+	}
+	args[0] = CStringGetTextDatum(scope->name);
+	args[1] = PointerGetDatum(construct_array(distinct, ndistinct, TEXTOID, -1, false, TYPALIGN_INT));
+	if (SPI_execute_plan(probe_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "the probe of claim_batch failed");
+
+	now = idempo_now();
+	for (row = 0; row < SPI_processed; row++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[row];
+		char	   *stored = TextDatumGetCString(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &(bool){false}));
+		BatchElem	probe_key;
+		BatchElem  *probe_ptr = &probe_key;
+		BatchElem **found;
+		BatchElem  *e;
+		OpRow		r;
+		TimestampTz next_due;
+		IdempoOutcome outcome;
+		bool		replay;
+		Datum		values[16];
+		bool		nulls[16];
+		int32		attempt;
+		bool		on_commit;
+
+		/* the first occurrence of the key: the first in order with that stored key */
+		probe_key.stored = stored;
+		probe_key.pos = -1;
+		found = bsearch(&probe_ptr, order, keys->n, sizeof(BatchElem *), elem_cmp_key);
+		if (found == NULL)
+			continue;
+		while (found > order && strcmp((*(found - 1))->stored, stored) == 0)
+			found--;
+		e = *found;
+
+		op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
+		if (!idempo_status_finished(r.status) ||
+			op_expiry(&r, scope, now, &next_due) != EXPIRY_NONE ||
+			idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
+			continue;
+		if (params->values != NULL && !params->nulls[e->pos] && r.has_fingerprint)
+		{
+			uint8		fingerprint[IDEMPO_DIGEST_LEN];
+
+			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
+											  idempo_scope_ignore(scope), fingerprint);
+			if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
+				continue;		/* a conflict: claim() records it */
+		}
+		if (!checked)
+		{
+			/* a disabled scope, allowed_role: as claim() refuses them, naming an element */
+			ctx->pos = e->pos;
+			idempo_scope_check_use(scope, stored, session.save_userid);
+			ctx->pos = -1;
+			checked = true;
+		}
+
+		/* the answer claim() gives (its build_result()) */
+		outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
+		replay = outcome == OUTCOME_REPLAY;
+		memset(nulls, true, sizeof(nulls));
+		values[0] = idempo_outcome_datum(outcome);
+		values[1] = idempo_status_datum(r.status);
+		values[2] = Int32GetDatum(r.attempt);
+		values[6] = TimestampTzGetDatum(r.first_seen_at);
+		nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
+		if (replay && r.result != NULL)
+		{
+			values[3] = PointerGetDatum(r.result);
+			nulls[3] = false;
+		}
+		if (r.target_ref != (Datum) 0)
+		{
+			values[4] = r.target_ref;
+			nulls[4] = false;
+		}
+		if (replay && r.error != (Datum) 0)
+		{
+			values[5] = r.error;
+			nulls[5] = false;
+		}
+		if (result_desc->natts > 10 && !TIMESTAMP_IS_NOBEGIN(r.completed_at))
+		{
+			values[10] = TimestampTzGetDatum(r.completed_at);
+			nulls[10] = false;
+		}
+		if (result_desc->natts > lengthof(values))
+			elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
+				 result_desc->natts, (int) lengthof(values));
+		{
+			MemoryContext old = MemoryContextSwitchTo(callcxt);
+
+			answers[e->pos] = datumCopy(HeapTupleGetDatum(heap_form_tuple(result_desc, values, nulls)),
+										false, -1);
+			MemoryContextSwitchTo(old);
+		}
+		idempo_count(COUNTER_CLAIMS + outcome, 1);
+	}
+	idempo_spi_end(&session);
 }
 
 /* Whether an answer hands the work to its caller. */
@@ -378,6 +564,9 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
+	batch_probe_replays(scope_name, &keys, &params, elems, order,
+						((BatchFn *) fcinfo->flinfo->fn_extra)->result_desc, answers, &ctx);
+
 	for (i = 0; i < keys.n; i++)
 	{
 		BatchElem  *e = order[i];
@@ -389,6 +578,8 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		MemoryContext old;
 
 		ctx.pos = e->pos;
+		if (answers[e->pos] != (Datum) 0)
+			continue;			/* a replay, answered by the probe */
 		if (first != NULL &&
 			!(e->has_fingerprint && first->has_fingerprint &&
 			  memcmp(e->fingerprint, first->fingerprint, IDEMPO_DIGEST_LEN) != 0))
