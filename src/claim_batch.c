@@ -56,6 +56,7 @@
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "access/xact.h"
 #include "funcapi.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -64,6 +65,7 @@
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "storage/lmgr.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
@@ -85,6 +87,7 @@ typedef struct BatchElem
 	int			pos;			/* 0-based position in the input */
 	char	   *stored;			/* the key as stored: the order and the duplicate test */
 	int			first;			/* 0-based position of the first occurrence; -1: this is it */
+	bool		found;			/* the probe found its record */
 	bool		has_fingerprint;
 	uint8		fingerprint[IDEMPO_DIGEST_LEN];
 } BatchElem;
@@ -343,10 +346,10 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
  * header): answers[pos] is set for the elements answered here; the others
  * are left to claim().  Runs in an SPI session of its own.
  */
-static void
-batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchArray *params,
-					BatchElem *elems, BatchElem **order, TupleDesc result_desc,
-					Datum *answers, BatchContext *ctx)
+static bool
+batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *params,
+			BatchElem *elems, BatchElem **order, TupleDesc result_desc,
+			Datum *answers, BatchContext *ctx, bool may_insert, IdempoScope *scope_out)
 {
 	IdempoSpiSession session;
 	const IdempoScope *scope;
@@ -356,18 +359,42 @@ batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchA
 	Datum		args[2];
 	TimestampTz now;
 	uint64		row;
-	bool		checked = false;
 	int			i;
 
 	if (idempo_citus_distributed())
-		return;
+		return false;
 	idempo_spi_begin(&session);
+
+	/*
+	 * The inserts write: the lock claim() takes before it reads the scope,
+	 * for the reason it gives (a claim that read the scope before an
+	 * alter_scope() never writes after it).
+	 */
+	if (may_insert)
+		LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
 	scope = idempo_scope_get(scope_name);
 	if (scope->audit)
 	{
 		idempo_spi_end(&session);
-		return;
+		return false;
 	}
+
+	/*
+	 * A disabled scope, allowed_role: refused as claim() refuses them, for
+	 * the first element it would claim (every element has the scope).
+	 */
+	ctx->pos = order[0]->pos;
+	idempo_scope_check_use(scope, order[0]->stored, session.save_userid);
+	ctx->pos = -1;
+
+	/* what the inserts need of the scope, past this session: its values only */
+	*scope_out = *scope;
+	scope_out->fingerprint_ignore_paths = NULL;
+	scope_out->fingerprint_ignore = NULL;
+	scope_out->fingerprint_ignore_compiled = true;
+	scope_out->allowed_role_name = NULL;
+	scope_out->owner = NULL;
+	scope_out->cxt = NULL;
 
 	/* the stored keys, each once, in order */
 	distinct = palloc(sizeof(Datum) * keys->n);
@@ -378,7 +405,10 @@ batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchA
 	if (probe_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT key, " OP_COLUMNS " FROM idempo.operations "
+		/* OP_COLUMNS without what a replay does not read: run_id, params (often the largest) */
+		SPIPlanPtr	plan = SPI_prepare("SELECT key, fingerprint, status, attempt, NULL::text, first_seen_at, "
+									   "last_attempt_at, lease_expires_at, completed_at, expires_at, sweep_at, "
+									   "result, target_ref, error, NULL::jsonb, attempt_base FROM idempo.operations "
 									   "WHERE scope OPERATOR(pg_catalog.=) $1 "
 									   "AND key OPERATOR(pg_catalog.=) ANY ($2)", 2, types);
 
@@ -419,6 +449,7 @@ batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchA
 			found--;
 		e = *found;
 
+		e->found = true;
 		op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
 		if (!idempo_status_finished(r.status) ||
 			op_expiry(&r, scope, now, &next_due) != EXPIRY_NONE ||
@@ -433,15 +464,6 @@ batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchA
 			if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
 				continue;		/* a conflict: claim() records it */
 		}
-		if (!checked)
-		{
-			/* a disabled scope, allowed_role: as claim() refuses them, naming an element */
-			ctx->pos = e->pos;
-			idempo_scope_check_use(scope, stored, session.save_userid);
-			ctx->pos = -1;
-			checked = true;
-		}
-
 		/* the answer claim() gives (its build_result()) */
 		outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
 		replay = outcome == OUTCOME_REPLAY;
@@ -483,7 +505,49 @@ batch_probe_replays(const char *scope_name, const BatchArray *keys, const BatchA
 		}
 		idempo_count(COUNTER_CLAIMS + outcome, 1);
 	}
+
+	/* the fingerprints of the new keys' records, as claim() computes them */
+	for (i = 0; i < keys->n && may_insert; i++)
+	{
+		BatchElem  *e = order[i];
+
+		if (e->first < 0 && !e->found && !e->has_fingerprint &&
+			params->values != NULL && !params->nulls[e->pos])
+		{
+			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
+											  idempo_scope_ignore(scope), e->fingerprint);
+			e->has_fingerprint = true;
+		}
+	}
 	idempo_spi_end(&session);
+	return true;
+}
+
+/*
+ * The answer of claim() for a record it inserted (its build_result() for
+ * 'acquired'), in the caller's memory.
+ */
+static Datum
+acquired_answer(const OpRow *r, TupleDesc result_desc)
+{
+	Datum		values[16];
+	bool		nulls[16];
+
+	if (result_desc->natts > lengthof(values))
+		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
+			 result_desc->natts, (int) lengthof(values));
+	memset(nulls, true, sizeof(nulls));
+	values[0] = idempo_outcome_datum(OUTCOME_ACQUIRED);
+	values[1] = idempo_status_datum(r->status);
+	values[2] = Int32GetDatum(r->attempt);
+	values[6] = TimestampTzGetDatum(r->first_seen_at);
+	nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
+	if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at))
+	{
+		values[7] = TimestampTzGetDatum(r->lease_expires_at);
+		nulls[7] = false;
+	}
+	return HeapTupleGetDatum(heap_form_tuple(result_desc, values, nulls));
 }
 
 /* Whether an answer hands the work to its caller. */
@@ -537,6 +601,11 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	BatchContext ctx = {fn, -1};
 	ErrorContextCallback errcb;
 	TupleDesc	outdesc;
+	TupleDesc	cr;				/* of idempo.claim_result: the answers */
+	IdempoScope scope_copy;
+	OpDirectBatch *inserts = NULL;
+	bool		may_insert;
+	bool		probed;
 	int			i;
 
 	batch_same_length(&params, keys.n, fn, "params");
@@ -564,8 +633,19 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	batch_probe_replays(scope_name, &keys, &params, elems, order,
-						((BatchFn *) fcinfo->flinfo->fn_extra)->result_desc, answers, &ctx);
+	cr = ((BatchFn *) fcinfo->flinfo->fn_extra)->result_desc;
+
+	/*
+	 * New keys are inserted here, through one open table, where the claim
+	 * would insert them without anything else to decide: a read-write
+	 * transaction, wait => true, no intent_at (stale), not the records of
+	 * a publisher.  Anything else about them -- an insert that finds the
+	 * key after all -- goes to claim().
+	 */
+	may_insert = !XactReadOnly && PG_GETARG_BOOL(5) && idempo_records_subscription() == NULL;
+	probed = batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
+						 may_insert, &scope_copy);
+	may_insert = may_insert && probed;
 
 	for (i = 0; i < keys.n; i++)
 	{
@@ -580,6 +660,39 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		ctx.pos = e->pos;
 		if (answers[e->pos] != (Datum) 0)
 			continue;			/* a replay, answered by the probe */
+		if (may_insert && first == NULL && !e->found &&
+			(intents.values == NULL || intents.nulls[e->pos]) &&
+			(e->has_fingerprint || !scope_copy.require_fingerprint))
+		{
+			OpRow		r;
+			ItemPointerData tid;
+
+			if (inserts == NULL)
+				inserts = op_direct_batch_begin();
+			if (inserts == NULL)
+				may_insert = false;	/* direct writes off, or a table not as created: claim() */
+			else
+			{
+				old = MemoryContextSwitchTo(elemcxt);
+				idempo_claim_new_record(&r, &scope_copy, idempo_now(), PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+										e->has_fingerprint ? e->fingerprint : NULL,
+										params.values && !params.nulls[e->pos] ?
+										DatumGetJsonbP(params.values[e->pos]) : NULL,
+										PG_GETARG_BOOL(6));
+				if (op_direct_batch_insert(inserts, scope_copy.name, e->stored, &r, &tid) == OP_DIRECT_INSERTED)
+				{
+					idempo_txn_remember(&scope_copy, e->stored, 1, PG_GETARG_BOOL(6), &tid);
+					idempo_count(COUNTER_CLAIMS + OUTCOME_ACQUIRED, 1);
+					MemoryContextSwitchTo(callcxt);
+					answers[e->pos] = datumCopy(acquired_answer(&r, cr), false, -1);
+				}
+				MemoryContextSwitchTo(old);
+				MemoryContextReset(elemcxt);
+				if (answers[e->pos] != (Datum) 0)
+					continue;
+				/* the key exists after all (a concurrent claim): claim() decides */
+			}
+		}
 		if (first != NULL &&
 			!(e->has_fingerprint && first->has_fingerprint &&
 			  memcmp(e->fingerprint, first->fingerprint, IDEMPO_DIGEST_LEN) != 0))
@@ -616,6 +729,8 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(elemcxt);
 	}
+	if (inserts != NULL)
+		op_direct_batch_end(inserts);
 	error_context_stack = errcb.previous;
 
 	/* in input order */
@@ -623,7 +738,6 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	{
 		BatchElem  *e = &elems[i];
 		HeapTupleHeader th = DatumGetHeapTupleHeader(answers[i]);
-		TupleDesc	cr = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(th), HeapTupleHeaderGetTypMod(th));
 		HeapTupleData tuple;
 		Datum		values[3 + 16];
 		bool		nulls[3 + 16];
@@ -637,7 +751,6 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		tuple.t_tableOid = InvalidOid;
 		tuple.t_data = th;
 		heap_deform_tuple(&tuple, cr, values + 3, nulls + 3);
-		ReleaseTupleDesc(cr);
 
 		values[0] = Int32GetDatum(i + 1);
 		nulls[0] = false;

@@ -451,27 +451,16 @@ optimism_learn(bool existed)
 }
 
 /*
- * Inserts the record of a new key (scope, key) unless one exists.
- * Returns OP_DIRECT_INSERTED (with *tid set), OP_DIRECT_EXISTS, or
- * OP_DIRECT_UNAVAILABLE (nothing done: use the SQL statement).
+ * The insertion protocol itself, into a relation, index state and slot
+ * that the caller opened (for one record, or for a batch of them).
  */
-OpDirectResult
-op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
+static OpDirectResult
+insert_into(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, List *arbiters,
+			const char *scope, const char *key, const OpRow *r, ItemPointer tid)
 {
-	Relation	rel = open_operations(true);
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	List	   *arbiters;
 	OpDirectResult result;
 	bool		precheck;
 
-	if (rel == NULL)
-		return OP_DIRECT_UNAVAILABLE;
-	arbiters = list_copy(layout.arbiters);
-
-	rri = begin_index_work(rel, &estate);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
 	ExecClearTuple(slot);
 	form_values(scope, key, r, slot->tts_values, slot->tts_isnull);
 	check_not_null(RelationGetDescr(rel), slot->tts_isnull);
@@ -514,11 +503,93 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		CHECK_FOR_INTERRUPTS();
 	}
 	optimism_learn(result == OP_DIRECT_EXISTS);
+	return result;
+}
+
+/*
+ * Inserts the record of a new key (scope, key) unless one exists.
+ * Returns OP_DIRECT_INSERTED (with *tid set), OP_DIRECT_EXISTS, or
+ * OP_DIRECT_UNAVAILABLE (nothing done: use the SQL statement).
+ */
+OpDirectResult
+op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
+{
+	Relation	rel = open_operations(true);
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;
+	OpDirectResult result;
+
+	if (rel == NULL)
+		return OP_DIRECT_UNAVAILABLE;
+	arbiters = list_copy(layout.arbiters);
+
+	rri = begin_index_work(rel, &estate);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+	result = insert_into(rel, rri, estate, slot, arbiters, scope, key, r, tid);
 
 	end_index_work(rri, estate);
 	list_free(arbiters);
 	table_close(rel, NoLock);
 	return result;
+}
+
+/*
+ * op_direct_insert() for many records (claim_batch): the table, its indexes
+ * and the executor state opened once for all of them.  The caller may run
+ * other statements between the inserts (claims of the batch's other keys):
+ * it holds the table's lock, so its layout stays as read.
+ */
+struct OpDirectBatch
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;
+};
+
+/* NULL where the direct path is unavailable (the caller then claims each key). */
+OpDirectBatch *
+op_direct_batch_begin(void)
+{
+	Relation	rel = open_operations(true);
+	OpDirectBatch *b;
+	MemoryContext old;
+
+	if (rel == NULL)
+		return NULL;
+	b = palloc0(sizeof(OpDirectBatch));
+	b->rel = rel;
+	b->arbiters = list_copy(layout.arbiters);
+	b->rri = begin_index_work(rel, &b->estate);
+	b->slot = ExecInitExtraTupleSlot(b->estate, RelationGetDescr(rel), &TTSOpsVirtual);
+
+	/*
+	 * What a pre-check needs, built now in the executor state's memory: the
+	 * caller's memory between two inserts may be reset.
+	 */
+	old = MemoryContextSwitchTo(b->estate->es_query_cxt);
+	prepare_precheck(b->rri);
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+OpDirectResult
+op_direct_batch_insert(OpDirectBatch *b, const char *scope, const char *key, const OpRow *r,
+					   ItemPointer tid)
+{
+	return insert_into(b->rel, b->rri, b->estate, b->slot, b->arbiters, scope, key, r, tid);
+}
+
+void
+op_direct_batch_end(OpDirectBatch *b)
+{
+	end_index_work(b->rri, b->estate);
+	list_free(b->arbiters);
+	table_close(b->rel, NoLock);
+	pfree(b);
 }
 
 /*
@@ -620,7 +691,6 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 	desc = RelationGetDescr(rel);
 
 	/* our own earlier writes must be older than this command (see heap_update) */
-	CommandCounterIncrement();
 
 	tuple.t_self = *tid;
 	/* SnapshotSelf shows our own insert and hides versions we replaced */
