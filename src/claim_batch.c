@@ -107,8 +107,6 @@ typedef struct BatchFn
 	TupleDesc	result_desc;	/* claim_batch: of idempo.claim_result */
 } BatchFn;
 
-/* The probe of the batch's records (kept; SPI re-plans it after a change of the table) */
-static SPIPlanPtr probe_plan = NULL;
 
 /* The error context: which element was being decided. */
 typedef struct BatchContext
@@ -402,24 +400,9 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		if (order[i]->first < 0)
 			distinct[ndistinct++] = CStringGetTextDatum(order[i]->stored);
 
-	if (probe_plan == NULL)
-	{
-		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
-		/* OP_COLUMNS without what a replay does not read: run_id, params (often the largest) */
-		SPIPlanPtr	plan = SPI_prepare("SELECT key, fingerprint, status, attempt, NULL::text, first_seen_at, "
-									   "last_attempt_at, lease_expires_at, completed_at, expires_at, sweep_at, "
-									   "result, target_ref, error, NULL::jsonb, attempt_base FROM idempo.operations "
-									   "WHERE scope OPERATOR(pg_catalog.=) $1 "
-									   "AND key OPERATOR(pg_catalog.=) ANY ($2)", 2, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare the probe of claim_batch: %s", SPI_result_code_string(SPI_result));
-		probe_plan = plan;
-	}
 	args[0] = CStringGetTextDatum(scope->name);
 	args[1] = PointerGetDatum(construct_array(distinct, ndistinct, TEXTOID, -1, false, TYPALIGN_INT));
-	if (SPI_execute_plan(probe_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "the probe of claim_batch failed");
+	idempo_spi_execute(PLAN_OP_PROBE_BATCH, args, NULL, 0);
 
 	now = idempo_now();
 	for (row = 0; row < SPI_processed; row++)
