@@ -691,6 +691,7 @@ op_direct_finish(const OpDirectFinish *f, ItemPointer tid)
 	desc = RelationGetDescr(rel);
 
 	/* our own earlier writes must be older than this command (see heap_update) */
+	CommandCounterIncrement();
 
 	tuple.t_self = *tid;
 	/* SnapshotSelf shows our own insert and hides versions we replaced */
