@@ -347,7 +347,8 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 static bool
 batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *params,
 			BatchElem *elems, BatchElem **order, TupleDesc result_desc,
-			Datum *answers, BatchContext *ctx, bool may_insert, IdempoScope *scope_out)
+			Datum *answers, BatchContext *ctx, bool may_insert, IdempoScope *scope_out,
+			int from, bool read_rows)
 {
 	IdempoSpiSession session;
 	const IdempoScope *scope;
@@ -394,15 +395,18 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	scope_out->owner = NULL;
 	scope_out->cxt = NULL;
 
-	/* the stored keys, each once, in order */
+	/* the stored keys from order[from] on, each once, in order */
 	distinct = palloc(sizeof(Datum) * keys->n);
-	for (i = 0; i < keys->n; i++)
+	for (i = from; i < keys->n && read_rows; i++)
 		if (order[i]->first < 0)
 			distinct[ndistinct++] = CStringGetTextDatum(order[i]->stored);
 
 	args[0] = CStringGetTextDatum(scope->name);
 	args[1] = PointerGetDatum(construct_array(distinct, ndistinct, TEXTOID, -1, false, TYPALIGN_INT));
-	idempo_spi_execute(PLAN_OP_PROBE_BATCH, args, NULL, 0);
+	if (ndistinct > 0)
+		idempo_spi_execute(PLAN_OP_PROBE_BATCH, args, NULL, 0);
+	else
+		SPI_processed = 0;
 
 	now = idempo_now();
 	for (row = 0; row < SPI_processed; row++)
@@ -425,12 +429,14 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		/* the first occurrence of the key: the first in order with that stored key */
 		probe_key.stored = stored;
 		probe_key.pos = -1;
-		found = bsearch(&probe_ptr, order, keys->n, sizeof(BatchElem *), elem_cmp_key);
+		found = bsearch(&probe_ptr, order + from, keys->n - from, sizeof(BatchElem *), elem_cmp_key);
 		if (found == NULL)
 			continue;
-		while (found > order && strcmp((*(found - 1))->stored, stored) == 0)
+		while (found > order + from && strcmp((*(found - 1))->stored, stored) == 0)
 			found--;
 		e = *found;
+		if (e->first >= 0)
+			continue;			/* its first occurrence came before order[from]: decided */
 
 		e->found = true;
 		op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
@@ -490,7 +496,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	}
 
 	/* the fingerprints of the new keys' records, as claim() computes them */
-	for (i = 0; i < keys->n && may_insert; i++)
+	for (i = from; i < keys->n && may_insert; i++)
 	{
 		BatchElem  *e = order[i];
 
@@ -531,6 +537,27 @@ acquired_answer(const OpRow *r, TupleDesc result_desc)
 		nulls[7] = false;
 	}
 	return HeapTupleGetDatum(heap_form_tuple(result_desc, values, nulls));
+}
+
+/*
+ * Optimism, as for single claims (direct.c): while the keys of this
+ * backend's recent batches were new, the probe is skipped and each new
+ * key's insertion finds an existing one by itself; the insertion then
+ * leaves a killed tuple and claim() decides.  After BATCH_EXISTING_SWITCH
+ * such keys in one batch the probe reads the rest, so a batch of replays
+ * that follows new ones kills a few tuples, not one per key.  The average
+ * fraction of existing keys, in 1/256ths, each batch weighing 1/4.
+ */
+#define BATCH_OPTIMISM_ONE 256
+#define BATCH_PROBE_AT (BATCH_OPTIMISM_ONE / 8)
+#define BATCH_EXISTING_SWITCH 4
+static int	batch_existing_average = BATCH_OPTIMISM_ONE;	/* start by probing */
+
+static void
+batch_optimism_learn(int existing, int total)
+{
+	if (total > 0)
+		batch_existing_average += (existing * BATCH_OPTIMISM_ONE / total - batch_existing_average) / 4;
 }
 
 /* Whether an answer hands the work to its caller. */
@@ -589,6 +616,8 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	OpDirectBatch *inserts = NULL;
 	bool		may_insert;
 	bool		probed;
+	bool		rows_read;		/* the probe read the records (not skipped: see batch_optimism_learn) */
+	int			existing = 0;	/* first occurrences whose record existed (probe or insert) */
 	int			i;
 
 	batch_same_length(&params, keys.n, fn, "params");
@@ -626,8 +655,9 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	 * key after all -- goes to claim().
 	 */
 	may_insert = !XactReadOnly && PG_GETARG_BOOL(5) && idempo_records_subscription() == NULL;
+	rows_read = !may_insert || batch_existing_average >= BATCH_PROBE_AT;
 	probed = batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
-						 may_insert, &scope_copy);
+						 may_insert, &scope_copy, 0, rows_read);
 	may_insert = may_insert && probed;
 
 	for (i = 0; i < keys.n; i++)
@@ -673,7 +703,15 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 				MemoryContextReset(elemcxt);
 				if (answers[e->pos] != (Datum) 0)
 					continue;
-				/* the key exists after all (a concurrent claim): claim() decides */
+				/* the key exists after all (not read, or a concurrent claim): claim() decides */
+				existing++;
+				if (!rows_read && existing >= BATCH_EXISTING_SWITCH)
+				{
+					/* not a batch of new keys after all: read the rest first */
+					rows_read = true;
+					(void) batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
+									   may_insert, &scope_copy, i + 1, true);
+				}
 			}
 		}
 		if (first != NULL &&
@@ -715,6 +753,18 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	if (inserts != NULL)
 		op_direct_batch_end(inserts);
 	error_context_stack = errcb.previous;
+	if (may_insert)
+	{
+		int			firsts = 0;
+
+		/* the keys that existed: found by the probe, or by an insertion */
+		for (i = 0; i < keys.n; i++)
+		{
+			firsts += elems[i].first < 0;
+			existing += elems[i].first < 0 && elems[i].found;
+		}
+		batch_optimism_learn(existing, firsts);
+	}
 
 	/* in input order */
 	for (i = 0; i < keys.n; i++)
