@@ -80,6 +80,38 @@ PG_FUNCTION_INFO_V1(idempo_fail_batch);
 
 /* claim_result's columns that the duplicate rule reads */
 #define CR_OUTCOME	0
+#define CR_MAX		16			/* the columns of claim_result this file can hold */
+
+/* An element's answer: the columns of claim_result, in the batch's memory. */
+typedef struct BatchAnswer
+{
+	Datum		values[CR_MAX];
+	bool		nulls[CR_MAX];
+} BatchAnswer;
+
+/* An answer from these columns, its by-reference values copied into the current memory. */
+static BatchAnswer *
+answer_copy(TupleDesc cr, const Datum *values, const bool *nulls)
+{
+	BatchAnswer *a = palloc(sizeof(BatchAnswer));
+	int			i;
+
+	if (cr->natts > CR_MAX)
+		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d", cr->natts, CR_MAX);
+	for (i = 0; i < cr->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(cr, i);
+
+		a->nulls[i] = nulls[i];
+		if (nulls[i])
+			a->values[i] = (Datum) 0;
+		else if (att->attlen == -1)
+			a->values[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(values[i]));	/* never a TOAST pointer */
+		else
+			a->values[i] = datumCopy(values[i], att->attbyval, att->attlen);
+	}
+	return a;
+}
 
 /* One element of a batch. */
 typedef struct BatchElem
@@ -347,7 +379,7 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 static bool
 batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *params,
 			BatchElem *elems, BatchElem **order, TupleDesc result_desc,
-			Datum *answers, BatchContext *ctx, bool may_insert, IdempoScope *scope_out,
+			BatchAnswer **answers, BatchContext *ctx, bool may_insert, IdempoScope *scope_out,
 			int from, bool read_rows)
 {
 	IdempoSpiSession session;
@@ -421,8 +453,8 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		TimestampTz next_due;
 		IdempoOutcome outcome;
 		bool		replay;
-		Datum		values[16];
-		bool		nulls[16];
+		Datum		values[CR_MAX];
+		bool		nulls[CR_MAX];
 		int32		attempt;
 		bool		on_commit;
 
@@ -482,14 +514,10 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 			values[10] = TimestampTzGetDatum(r.completed_at);
 			nulls[10] = false;
 		}
-		if (result_desc->natts > lengthof(values))
-			elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
-				 result_desc->natts, (int) lengthof(values));
 		{
 			MemoryContext old = MemoryContextSwitchTo(callcxt);
 
-			answers[e->pos] = datumCopy(HeapTupleGetDatum(heap_form_tuple(result_desc, values, nulls)),
-										false, -1);
+			answers[e->pos] = answer_copy(result_desc, values, nulls);
 			MemoryContextSwitchTo(old);
 		}
 		idempo_count(COUNTER_CLAIMS + outcome, 1);
@@ -514,17 +542,14 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 
 /*
  * The answer of claim() for a record it inserted (its build_result() for
- * 'acquired'), in the caller's memory.
+ * 'acquired'), in the current memory.
  */
-static Datum
+static BatchAnswer *
 acquired_answer(const OpRow *r, TupleDesc result_desc)
 {
-	Datum		values[16];
-	bool		nulls[16];
+	Datum		values[CR_MAX];
+	bool		nulls[CR_MAX];
 
-	if (result_desc->natts > lengthof(values))
-		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
-			 result_desc->natts, (int) lengthof(values));
 	memset(nulls, true, sizeof(nulls));
 	values[0] = idempo_outcome_datum(OUTCOME_ACQUIRED);
 	values[1] = idempo_status_datum(r->status);
@@ -536,7 +561,7 @@ acquired_answer(const OpRow *r, TupleDesc result_desc)
 		values[7] = TimestampTzGetDatum(r->lease_expires_at);
 		nulls[7] = false;
 	}
-	return HeapTupleGetDatum(heap_form_tuple(result_desc, values, nulls));
+	return answer_copy(result_desc, values, nulls);
 }
 
 /*
@@ -606,7 +631,7 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	BatchArray	intents = batch_array(fcinfo, 4, fn, "intent_at", TIMESTAMPTZOID);
 	BatchElem  *elems;
 	BatchElem **order;
-	Datum	   *answers;
+	BatchAnswer **answers;
 	bool	   *handed_out;		/* by first occurrence: an element was handed the work */
 	BatchContext ctx = {fn, -1};
 	ErrorContextCallback errcb;
@@ -636,7 +661,7 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 
 	order = batch_order(scope_name, &keys, &params, true, &elems);
-	answers = palloc0(sizeof(Datum) * keys.n);
+	answers = palloc0(sizeof(BatchAnswer *) * keys.n);
 	handed_out = palloc0(sizeof(bool) * keys.n);
 	elemcxt = AllocSetContextCreate(callcxt, "idempo claim_batch element", ALLOCSET_DEFAULT_SIZES);
 
@@ -671,7 +696,7 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		MemoryContext old;
 
 		ctx.pos = e->pos;
-		if (answers[e->pos] != (Datum) 0)
+		if (answers[e->pos] != NULL)
 			continue;			/* a replay, answered by the probe */
 		if (may_insert && first == NULL && !e->found &&
 			(intents.values == NULL || intents.nulls[e->pos]) &&
@@ -697,11 +722,11 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 					idempo_txn_remember(&scope_copy, e->stored, 1, PG_GETARG_BOOL(6), &tid);
 					idempo_count(COUNTER_CLAIMS + OUTCOME_ACQUIRED, 1);
 					MemoryContextSwitchTo(callcxt);
-					answers[e->pos] = datumCopy(acquired_answer(&r, cr), false, -1);
+					answers[e->pos] = acquired_answer(&r, cr);
 				}
 				MemoryContextSwitchTo(old);
 				MemoryContextReset(elemcxt);
-				if (answers[e->pos] != (Datum) 0)
+				if (answers[e->pos] != NULL)
 					continue;
 				/* the key exists after all (not read, or a concurrent claim): claim() decides */
 				existing++;
@@ -744,9 +769,23 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		answer = batch_call(single, lengthof(args), args, argnulls, &isnull);
 		if (isnull)
 			elog(ERROR, "idempo.claim returned NULL");
-		/* copied into the batch's memory; the element's own is freed */
-		MemoryContextSwitchTo(callcxt);
-		answers[e->pos] = datumCopy(answer, false, -1);
+		{
+			HeapTupleHeader th = DatumGetHeapTupleHeader(answer);
+			HeapTupleData tuple;
+			Datum		values[CR_MAX];
+			bool		nulls[CR_MAX];
+
+			if (cr->natts > CR_MAX)
+				elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d", cr->natts, CR_MAX);
+			tuple.t_len = HeapTupleHeaderGetDatumLength(th);
+			ItemPointerSetInvalid(&tuple.t_self);
+			tuple.t_tableOid = InvalidOid;
+			tuple.t_data = th;
+			heap_deform_tuple(&tuple, cr, values, nulls);
+			/* copied into the batch's memory; the element's own is freed */
+			MemoryContextSwitchTo(callcxt);
+			answers[e->pos] = answer_copy(cr, values, nulls);
+		}
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(elemcxt);
 	}
@@ -770,20 +809,15 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	for (i = 0; i < keys.n; i++)
 	{
 		BatchElem  *e = &elems[i];
-		HeapTupleHeader th = DatumGetHeapTupleHeader(answers[i]);
-		HeapTupleData tuple;
-		Datum		values[3 + 16];
-		bool		nulls[3 + 16];
+		Datum		values[3 + CR_MAX];
+		bool		nulls[3 + CR_MAX];
 		int			first_pos = e->first;
 
-		if (cr->natts + 3 != outdesc->natts || cr->natts > 16)
+		if (cr->natts + 3 != outdesc->natts || cr->natts > CR_MAX)
 			elog(ERROR, "idempo.claim_batch returns %d columns, idempo.claim_result has %d",
 				 outdesc->natts, cr->natts);
-		tuple.t_len = HeapTupleHeaderGetDatumLength(th);
-		ItemPointerSetInvalid(&tuple.t_self);
-		tuple.t_tableOid = InvalidOid;
-		tuple.t_data = th;
-		heap_deform_tuple(&tuple, cr, values + 3, nulls + 3);
+		memcpy(values + 3, answers[i]->values, sizeof(Datum) * cr->natts);
+		memcpy(nulls + 3, answers[i]->nulls, sizeof(bool) * cr->natts);
 
 		values[0] = Int32GetDatum(i + 1);
 		nulls[0] = false;
