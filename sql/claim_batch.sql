@@ -165,7 +165,12 @@ SELECT regress.err($$SELECT * FROM idempo.claim_batch('nope', ARRAY['x-1'])$$);
 SELECT regress.err($$SELECT * FROM idempo.complete_batch('b', ARRAY['x-1', 'x-2'], ARRAY[1])$$);
 SELECT regress.err($$SELECT * FROM idempo.fail_batch('b', ARRAY['x-1'], errors => ARRAY['a', 'b'])$$);
 SELECT regress.err($$SELECT * FROM idempo.fail_batch('b', ARRAY['m-1'], ARRAY[1], retryable => NULL)$$);
-SELECT count(*) AS none_claimed FROM idempo.operations WHERE key LIKE 'x-%';
+-- keys are checked as claim() checks them, before any is claimed (also where new keys are
+-- inserted without a claim: outside audit scopes)
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.fast', ARRAY['x-1', ' '])$$);
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.fast', ARRAY['x-1', ''])$$);
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.fast', ARRAY['x-1', repeat('k', 1025)])$$);
+SELECT count(*) AS none_claimed FROM idempo.operations WHERE key LIKE 'x-%' OR btrim(key) = '' OR key LIKE 'kkk%';
 -- an element's own error fails the statement, naming its position (not the key)
 \set VERBOSITY default
 SELECT * FROM idempo.claim_batch('b', ARRAY['x-1', ' ']);

@@ -305,39 +305,38 @@ elem_cmp_key(const void *a, const void *b)
  */
 static BatchElem **
 batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *params,
-			bool claims, BatchElem **elems_out)
+			bool claims, BatchElem **elems_out, BatchContext *ctx)
 {
 	IdempoSpiSession session;
 	const IdempoScope *scope;
 	BatchElem  *elems = palloc0(sizeof(BatchElem) * Max(keys->n, 1));
 	BatchElem **order = palloc(sizeof(BatchElem *) * Max(keys->n, 1));
 	MemoryContext callcxt = CurrentMemoryContext;
-	bool		hash_keys;
+	LOCAL_FCINFO(keyarg, 1);
 	int			i;
 
 	idempo_spi_begin(&session);
 	scope = idempo_scope_get(scope_name);
-	hash_keys = scope->hash_keys;
 
+	/*
+	 * Each key checked (blank, too long) and in its stored form, by the
+	 * claim's own function, before anything is claimed: the inserts of new
+	 * keys do not go through the claim.
+	 */
+	InitFunctionCallInfoData(*keyarg, NULL, 1, InvalidOid, NULL, NULL);
 	for (i = 0; i < keys->n; i++)
 	{
-		text	   *t = DatumGetTextPP(keys->values[i]);
 		BatchElem  *e = &elems[i];
 
+		ctx->pos = i;
+		keyarg->args[0].value = keys->values[i];
+		keyarg->args[0].isnull = false;
 		e->pos = i;
 		e->first = -1;
-		if (hash_keys)
-		{
-			uint8		digest[IDEMPO_DIGEST_LEN];
-
-			e->stored = MemoryContextAlloc(callcxt, IDEMPO_DIGEST_HEX_LEN + 1);
-			idempo_sha256((const uint8 *) VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), digest);
-			idempo_hex_digest(digest, IDEMPO_DIGEST_LEN, e->stored);
-		}
-		else
-			e->stored = MemoryContextStrdup(callcxt, text_to_cstring(t));
+		e->stored = MemoryContextStrdup(callcxt, idempo_key_arg(keyarg, 0, scope));
 		order[i] = e;
 	}
+	ctx->pos = -1;
 	if (keys->n > 1)
 		qsort(order, keys->n, sizeof(BatchElem *), elem_cmp);
 
@@ -660,15 +659,15 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	if (keys.n == 0)
 		return (Datum) 0;
 
-	order = batch_order(scope_name, &keys, &params, true, &elems);
-	answers = palloc0(sizeof(BatchAnswer *) * keys.n);
-	handed_out = palloc0(sizeof(bool) * keys.n);
-	elemcxt = AllocSetContextCreate(callcxt, "idempo claim_batch element", ALLOCSET_DEFAULT_SIZES);
-
 	errcb.callback = batch_error_context;
 	errcb.arg = &ctx;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
+
+	order = batch_order(scope_name, &keys, &params, true, &elems, &ctx);
+	answers = palloc0(sizeof(BatchAnswer *) * keys.n);
+	handed_out = palloc0(sizeof(bool) * keys.n);
+	elemcxt = AllocSetContextCreate(callcxt, "idempo claim_batch element", ALLOCSET_DEFAULT_SIZES);
 
 	cr = ((BatchFn *) fcinfo->flinfo->fn_extra)->result_desc;
 
@@ -890,7 +889,11 @@ finish_batch(FunctionCallInfo fcinfo, const FinishBatch *fb)
 	if (keys.n == 0)
 		return (Datum) 0;
 
-	order = batch_order(scope_name, &keys, &none, false, &elems);
+	errcb.callback = batch_error_context;
+	errcb.arg = &ctx;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	order = batch_order(scope_name, &keys, &none, false, &elems, &ctx);
 	for (i = 0; i < keys.n; i++)
 		if (order[i]->first >= 0)
 			ereport(ERROR,
@@ -902,10 +905,6 @@ finish_batch(FunctionCallInfo fcinfo, const FinishBatch *fb)
 	statuses = palloc0(sizeof(Datum) * keys.n);
 	elemcxt = AllocSetContextCreate(CurrentMemoryContext, "idempo finish batch element",
 									ALLOCSET_DEFAULT_SIZES);
-	errcb.callback = batch_error_context;
-	errcb.arg = &ctx;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
 	for (i = 0; i < keys.n; i++)
 	{
 		BatchElem  *e = order[i];
