@@ -564,8 +564,8 @@ acquired_answer(const OpRow *r, TupleDesc result_desc)
 }
 
 /*
- * Optimism, as for single claims (direct.c): while the keys of this
- * backend's recent batches were new, the probe is skipped and each new
+ * Optimism, as for single claims (direct.c): while the keys of the scope's
+ * recent batches in this backend were new, the probe is skipped and each new
  * key's insertion finds an existing one by itself; the insertion then
  * leaves a killed tuple and claim() decides.  After BATCH_EXISTING_SWITCH
  * such keys in one batch the probe reads the rest, so a batch of replays
@@ -575,13 +575,44 @@ acquired_answer(const OpRow *r, TupleDesc result_desc)
 #define BATCH_OPTIMISM_ONE 256
 #define BATCH_PROBE_AT (BATCH_OPTIMISM_ONE / 8)
 #define BATCH_EXISTING_SWITCH 4
-static int	batch_existing_average = BATCH_OPTIMISM_ONE;	/* start by probing */
+
+/*
+ * Per scope: a scope is one flow, whose mix of new and redelivered keys is
+ * its own (a backend may serve a topic of first deliveries and a replay of
+ * old ones).  The last few scopes are kept; one not kept starts by probing.
+ */
+typedef struct BatchOptimism
+{
+	char		scope[IDEMPO_MAX_SCOPE_BYTES + 1];
+	int			existing_average;
+} BatchOptimism;
+
+static BatchOptimism batch_optimism[8];
+static int	batch_optimism_next = 0;
+
+static int *
+batch_existing_average(const char *scope)
+{
+	BatchOptimism *o;
+	int			i;
+
+	for (i = 0; i < lengthof(batch_optimism); i++)
+		if (strcmp(batch_optimism[i].scope, scope) == 0)
+			return &batch_optimism[i].existing_average;
+	o = &batch_optimism[batch_optimism_next];
+	batch_optimism_next = (batch_optimism_next + 1) % lengthof(batch_optimism);
+	strlcpy(o->scope, scope, sizeof(o->scope));
+	o->existing_average = BATCH_OPTIMISM_ONE;	/* start by probing */
+	return &o->existing_average;
+}
 
 static void
-batch_optimism_learn(int existing, int total)
+batch_optimism_learn(const char *scope, int existing, int total)
 {
+	int		   *average = batch_existing_average(scope);
+
 	if (total > 0)
-		batch_existing_average += (existing * BATCH_OPTIMISM_ONE / total - batch_existing_average) / 4;
+		*average += (existing * BATCH_OPTIMISM_ONE / total - *average) / 4;
 }
 
 /* Whether an answer hands the work to its caller. */
@@ -679,7 +710,7 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	 * key after all -- goes to claim().
 	 */
 	may_insert = !XactReadOnly && PG_GETARG_BOOL(5) && idempo_records_subscription() == NULL;
-	rows_read = !may_insert || batch_existing_average >= BATCH_PROBE_AT;
+	rows_read = !may_insert || *batch_existing_average(scope_name) >= BATCH_PROBE_AT;
 	probed = batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
 						 may_insert, &scope_copy, 0, rows_read);
 	may_insert = may_insert && probed;
@@ -801,7 +832,7 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 			firsts += elems[i].first < 0;
 			existing += elems[i].first < 0 && elems[i].found;
 		}
-		batch_optimism_learn(existing, firsts);
+		batch_optimism_learn(scope_name, existing, firsts);
 	}
 
 	/* in input order */
