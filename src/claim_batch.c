@@ -370,6 +370,104 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	return order;
 }
 
+/* What batch_probe() reads, for probe_record(). */
+typedef struct ProbeState
+{
+	const IdempoScope *scope;
+	const BatchArray *keys;
+	const BatchArray *params;
+	BatchElem **order;
+	int			from;
+	TupleDesc	result_desc;
+	BatchAnswer **answers;
+	MemoryContext callcxt;
+	TimestampTz now;
+} ProbeState;
+
+/* One record the probe found: a replay answered here, or the element marked found. */
+static void
+probe_record(const char *stored, OpRow *rp, void *arg)
+{
+	ProbeState *st = arg;
+	const IdempoScope *scope = st->scope;
+	BatchElem	probe_key;
+	BatchElem  *probe_ptr = &probe_key;
+	BatchElem **found;
+	BatchElem  *e;
+	OpRow		r = *rp;
+	TimestampTz next_due;
+	IdempoOutcome outcome;
+	bool		replay;
+	Datum		values[CR_MAX];
+	bool		nulls[CR_MAX];
+	int32		attempt;
+	bool		on_commit;
+
+	/* the first occurrence of the key: the first in order with that stored key */
+	probe_key.stored = (char *) stored;
+	probe_key.pos = -1;
+	found = bsearch(&probe_ptr, st->order + st->from, st->keys->n - st->from, sizeof(BatchElem *),
+					elem_cmp_key);
+	if (found == NULL)
+		return;
+	while (found > st->order + st->from && strcmp((*(found - 1))->stored, stored) == 0)
+		found--;
+	e = *found;
+	if (e->first >= 0)
+		return;					/* its first occurrence came before order[from]: decided */
+
+	e->found = true;
+	if (!idempo_status_finished(r.status) ||
+		op_expiry(&r, scope, st->now, &next_due) != EXPIRY_NONE ||
+		idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
+		return;
+	if (st->params->values != NULL && !st->params->nulls[e->pos] && r.has_fingerprint)
+	{
+		uint8		fingerprint[IDEMPO_DIGEST_LEN];
+
+		idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(st->params->values[e->pos]),
+										  idempo_scope_ignore(scope), fingerprint);
+		if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
+			return;				/* a conflict: claim() records it */
+	}
+	/* the answer claim() gives (its build_result()) */
+	outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
+	replay = outcome == OUTCOME_REPLAY;
+	memset(nulls, true, sizeof(nulls));
+	values[0] = idempo_outcome_datum(outcome);
+	values[1] = idempo_status_datum(r.status);
+	values[2] = Int32GetDatum(r.attempt);
+	values[6] = TimestampTzGetDatum(r.first_seen_at);
+	nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
+	if (replay && r.result != NULL)
+	{
+		values[3] = PointerGetDatum(r.result);
+		nulls[3] = false;
+	}
+	if (r.target_ref != (Datum) 0)
+	{
+		values[4] = r.target_ref;
+		nulls[4] = false;
+	}
+	if (replay && r.error != (Datum) 0)
+	{
+		values[5] = r.error;
+		nulls[5] = false;
+	}
+	if (st->result_desc->natts > 10 && !TIMESTAMP_IS_NOBEGIN(r.completed_at))
+	{
+		values[10] = TimestampTzGetDatum(r.completed_at);
+		nulls[10] = false;
+	}
+	{
+		MemoryContext old = MemoryContextSwitchTo(st->callcxt);
+
+		st->answers[e->pos] = answer_copy(st->result_desc, values, nulls);
+		MemoryContextSwitchTo(old);
+	}
+	idempo_count(COUNTER_CLAIMS + outcome, 1);
+}
+
 /*
  * The replays of the batch, from one read of its records (see the file
  * header): answers[pos] is set for the elements answered here; the others
@@ -387,7 +485,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	Datum	   *distinct;
 	int			ndistinct = 0;
 	Datum		args[2];
-	TimestampTz now;
+	ProbeState	st;
 	uint64		row;
 	int			i;
 
@@ -434,92 +532,31 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 
 	args[0] = CStringGetTextDatum(scope->name);
 	args[1] = PointerGetDatum(construct_array(distinct, ndistinct, TEXTOID, -1, false, TYPALIGN_INT));
-	if (ndistinct > 0)
-		idempo_spi_execute(PLAN_OP_PROBE_BATCH, args, NULL, 0);
-	else
-		SPI_processed = 0;
 
-	now = idempo_now();
-	for (row = 0; row < SPI_processed; row++)
+	st.scope = scope;
+	st.keys = keys;
+	st.params = params;
+	st.order = order;
+	st.from = from;
+	st.result_desc = result_desc;
+	st.answers = answers;
+	st.callcxt = callcxt;
+	st.now = idempo_now();
+	if (ndistinct > 0 &&
+		!op_direct_read_many(scope->name, DatumGetArrayTypeP(args[1]), probe_record, &st))
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[row];
-		char	   *stored = TextDatumGetCString(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &(bool){false}));
-		BatchElem	probe_key;
-		BatchElem  *probe_ptr = &probe_key;
-		BatchElem **found;
-		BatchElem  *e;
-		OpRow		r;
-		TimestampTz next_due;
-		IdempoOutcome outcome;
-		bool		replay;
-		Datum		values[CR_MAX];
-		bool		nulls[CR_MAX];
-		int32		attempt;
-		bool		on_commit;
+		/* not through the index here (Citus, a table not as created): the statement */
+		idempo_spi_execute(PLAN_OP_PROBE_BATCH, args, NULL, 0);
+		for (row = 0; row < SPI_processed; row++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[row];
+			bool		isnull;
+			OpRow		r;
 
-		/* the first occurrence of the key: the first in order with that stored key */
-		probe_key.stored = stored;
-		probe_key.pos = -1;
-		found = bsearch(&probe_ptr, order + from, keys->n - from, sizeof(BatchElem *), elem_cmp_key);
-		if (found == NULL)
-			continue;
-		while (found > order + from && strcmp((*(found - 1))->stored, stored) == 0)
-			found--;
-		e = *found;
-		if (e->first >= 0)
-			continue;			/* its first occurrence came before order[from]: decided */
-
-		e->found = true;
-		op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
-		if (!idempo_status_finished(r.status) ||
-			op_expiry(&r, scope, now, &next_due) != EXPIRY_NONE ||
-			idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
-			continue;
-		if (params->values != NULL && !params->nulls[e->pos] && r.has_fingerprint)
-		{
-			uint8		fingerprint[IDEMPO_DIGEST_LEN];
-
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
-											  idempo_scope_ignore(scope), fingerprint);
-			if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
-				continue;		/* a conflict: claim() records it */
+			op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
+			probe_record(TextDatumGetCString(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull)),
+						 &r, &st);
 		}
-		/* the answer claim() gives (its build_result()) */
-		outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
-		replay = outcome == OUTCOME_REPLAY;
-		memset(nulls, true, sizeof(nulls));
-		values[0] = idempo_outcome_datum(outcome);
-		values[1] = idempo_status_datum(r.status);
-		values[2] = Int32GetDatum(r.attempt);
-		values[6] = TimestampTzGetDatum(r.first_seen_at);
-		nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
-		if (replay && r.result != NULL)
-		{
-			values[3] = PointerGetDatum(r.result);
-			nulls[3] = false;
-		}
-		if (r.target_ref != (Datum) 0)
-		{
-			values[4] = r.target_ref;
-			nulls[4] = false;
-		}
-		if (replay && r.error != (Datum) 0)
-		{
-			values[5] = r.error;
-			nulls[5] = false;
-		}
-		if (result_desc->natts > 10 && !TIMESTAMP_IS_NOBEGIN(r.completed_at))
-		{
-			values[10] = TimestampTzGetDatum(r.completed_at);
-			nulls[10] = false;
-		}
-		{
-			MemoryContext old = MemoryContextSwitchTo(callcxt);
-
-			answers[e->pos] = answer_copy(result_desc, values, nulls);
-			MemoryContextSwitchTo(old);
-		}
-		idempo_count(COUNTER_CLAIMS + outcome, 1);
 	}
 
 	/* the fingerprints of the new keys' records, as claim() computes them */

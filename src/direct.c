@@ -647,6 +647,86 @@ op_key_in_flux(const char *scope, const char *key)
 	return state;
 }
 
+/*
+ * Reads the records of many keys of one scope through the primary key, as
+ * "WHERE scope = $1 AND key = ANY ($2)" would, with the snapshot a
+ * statement would take now (claim_batch's probe): calls found() for each,
+ * with the key and the record (its run_id and params not read; pointers
+ * into the tuple, valid during the call).  False, having read nothing,
+ * where the table is not a local heap with that primary key: the caller
+ * runs the SQL statement.
+ */
+bool
+op_direct_read_many(const char *scope, ArrayType *keys,
+					void (*found) (const char *key, OpRow *r, void *arg), void *arg)
+{
+	Relation	rel = open_operations(false);
+	Relation	index;
+	Snapshot	snapshot;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	if (rel == NULL)
+		return false;
+	index = index_open(layout.pk_index, AccessShareLock);
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(scope));
+	ScanKeyEntryInitialize(&skey[1], SK_SEARCHARRAY, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(keys));
+
+	/* what SPI does before a statement: our own writes so far are seen */
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, index, snapshot, NULL, 2, 0, SO_NONE);
+	index_rescan(scan, skey, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		OpRow		r;
+		Datum	   *v;
+		bool	   *n;
+
+		slot_getallattrs(slot);
+		v = slot->tts_values;
+		n = slot->tts_isnull;
+		op_row_init(&r);
+		if (!n[layout.attidx[A_FINGERPRINT]])
+		{
+			bytea	   *fp = DatumGetByteaPP(v[layout.attidx[A_FINGERPRINT]]);
+
+			if (VARSIZE_ANY_EXHDR(fp) == IDEMPO_DIGEST_LEN)
+			{
+				r.has_fingerprint = true;
+				memcpy(r.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
+			}
+		}
+		r.status = idempo_status_from_datum(v[layout.attidx[A_STATUS]]);
+		r.attempt = DatumGetInt32(v[layout.attidx[A_ATTEMPT]]);
+#define TS(a) (n[layout.attidx[a]] ? DT_NOBEGIN : DatumGetTimestampTz(v[layout.attidx[a]]))
+#define PTR(a) (n[layout.attidx[a]] ? (Datum) 0 : v[layout.attidx[a]])
+		r.first_seen_at = TS(A_FIRST_SEEN_AT);
+		r.last_attempt_at = TS(A_LAST_ATTEMPT_AT);
+		r.lease_expires_at = TS(A_LEASE_EXPIRES_AT);
+		r.completed_at = TS(A_COMPLETED_AT);
+		r.expires_at = TS(A_EXPIRES_AT);
+		r.sweep_at = TS(A_SWEEP_AT);
+		r.result = n[layout.attidx[A_RESULT]] ? NULL : DatumGetJsonbP(v[layout.attidx[A_RESULT]]);
+		r.target_ref = PTR(A_TARGET_REF);
+		r.error = PTR(A_ERROR);
+		r.attempt_base = DatumGetInt32(v[layout.attidx[A_ATTEMPT_BASE]]);
+#undef TS
+#undef PTR
+		found(TextDatumGetCString(v[layout.attidx[A_KEY]]), &r, arg);
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return true;
+}
+
 static bool
 text_equals(Datum d, const char *s)
 {

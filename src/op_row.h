@@ -160,6 +160,8 @@ extern OpDirectBatch *op_direct_batch_begin(void);
 extern OpDirectResult op_direct_batch_insert(OpDirectBatch *b, const char *scope, const char *key,
 											 const OpRow *r, ItemPointer tid);
 extern void op_direct_batch_end(OpDirectBatch *b);
+extern bool op_direct_read_many(const char *scope, ArrayType *keys,
+								void (*found) (const char *key, OpRow *r, void *arg), void *arg);
 
 /* claim.c: the record of a new key as a claim acquires it (attempt 1) */
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
