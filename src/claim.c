@@ -928,3 +928,30 @@ idempo_claim(PG_FUNCTION_ARGS)
 	result = build_result(fcinfo, &ans);
 	PG_RETURN_DATUM(result);
 }
+
+/*
+ * The record of a new key exactly as a claim acquires it (row_new(), attempt
+ * 1), for claim_batch's inserts of the keys its probe found new
+ * (claim_batch.c): one place decides what an acquired record holds.
+ * fingerprint: NULL if the claim has none.
+ */
+void
+idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now, Datum run_id,
+						const uint8 *fingerprint, Jsonb *params, bool complete_on_commit)
+{
+	ClaimArgs	a;
+
+	memset(&a, 0, sizeof(a));
+	a.scope = scope;
+	a.now = now;
+	a.run_id = run_id;
+	if (fingerprint != NULL)
+	{
+		a.has_fingerprint = true;
+		memcpy(a.fingerprint, fingerprint, IDEMPO_DIGEST_LEN);
+	}
+	a.params = params;
+	a.wait = true;
+	a.complete_on_commit = complete_on_commit;
+	row_new(r, &a, false);
+}

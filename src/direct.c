@@ -451,27 +451,16 @@ optimism_learn(bool existed)
 }
 
 /*
- * Inserts the record of a new key (scope, key) unless one exists.
- * Returns OP_DIRECT_INSERTED (with *tid set), OP_DIRECT_EXISTS, or
- * OP_DIRECT_UNAVAILABLE (nothing done: use the SQL statement).
+ * The insertion protocol itself, into a relation, index state and slot
+ * that the caller opened (for one record, or for a batch of them).
  */
-OpDirectResult
-op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
+static OpDirectResult
+insert_into(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, List *arbiters,
+			const char *scope, const char *key, const OpRow *r, ItemPointer tid)
 {
-	Relation	rel = open_operations(true);
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	List	   *arbiters;
 	OpDirectResult result;
 	bool		precheck;
 
-	if (rel == NULL)
-		return OP_DIRECT_UNAVAILABLE;
-	arbiters = list_copy(layout.arbiters);
-
-	rri = begin_index_work(rel, &estate);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
 	ExecClearTuple(slot);
 	form_values(scope, key, r, slot->tts_values, slot->tts_isnull);
 	check_not_null(RelationGetDescr(rel), slot->tts_isnull);
@@ -514,11 +503,93 @@ op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer
 		CHECK_FOR_INTERRUPTS();
 	}
 	optimism_learn(result == OP_DIRECT_EXISTS);
+	return result;
+}
+
+/*
+ * Inserts the record of a new key (scope, key) unless one exists.
+ * Returns OP_DIRECT_INSERTED (with *tid set), OP_DIRECT_EXISTS, or
+ * OP_DIRECT_UNAVAILABLE (nothing done: use the SQL statement).
+ */
+OpDirectResult
+op_direct_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid)
+{
+	Relation	rel = open_operations(true);
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;
+	OpDirectResult result;
+
+	if (rel == NULL)
+		return OP_DIRECT_UNAVAILABLE;
+	arbiters = list_copy(layout.arbiters);
+
+	rri = begin_index_work(rel, &estate);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+	result = insert_into(rel, rri, estate, slot, arbiters, scope, key, r, tid);
 
 	end_index_work(rri, estate);
 	list_free(arbiters);
 	table_close(rel, NoLock);
 	return result;
+}
+
+/*
+ * op_direct_insert() for many records (claim_batch): the table, its indexes
+ * and the executor state opened once for all of them.  The caller may run
+ * other statements between the inserts (claims of the batch's other keys):
+ * it holds the table's lock, so its layout stays as read.
+ */
+struct OpDirectBatch
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;
+};
+
+/* NULL where the direct path is unavailable (the caller then claims each key). */
+OpDirectBatch *
+op_direct_batch_begin(void)
+{
+	Relation	rel = open_operations(true);
+	OpDirectBatch *b;
+	MemoryContext old;
+
+	if (rel == NULL)
+		return NULL;
+	b = palloc0(sizeof(OpDirectBatch));
+	b->rel = rel;
+	b->arbiters = list_copy(layout.arbiters);
+	b->rri = begin_index_work(rel, &b->estate);
+	b->slot = ExecInitExtraTupleSlot(b->estate, RelationGetDescr(rel), &TTSOpsVirtual);
+
+	/*
+	 * What a pre-check needs, built now in the executor state's memory: the
+	 * caller's memory between two inserts may be reset.
+	 */
+	old = MemoryContextSwitchTo(b->estate->es_query_cxt);
+	prepare_precheck(b->rri);
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+OpDirectResult
+op_direct_batch_insert(OpDirectBatch *b, const char *scope, const char *key, const OpRow *r,
+					   ItemPointer tid)
+{
+	return insert_into(b->rel, b->rri, b->estate, b->slot, b->arbiters, scope, key, r, tid);
+}
+
+void
+op_direct_batch_end(OpDirectBatch *b)
+{
+	end_index_work(b->rri, b->estate);
+	list_free(b->arbiters);
+	table_close(b->rel, NoLock);
+	pfree(b);
 }
 
 /*
@@ -574,6 +645,86 @@ op_key_in_flux(const char *scope, const char *key)
 	index_close(index, AccessShareLock);
 	table_close(rel, AccessShareLock);
 	return state;
+}
+
+/*
+ * Reads the records of many keys of one scope through the primary key, as
+ * "WHERE scope = $1 AND key = ANY ($2)" would, with the snapshot a
+ * statement would take now (claim_batch's probe): calls found() for each,
+ * with the key and the record (its run_id and params not read; pointers
+ * into the tuple, valid during the call).  False, having read nothing,
+ * where the table is not a local heap with that primary key: the caller
+ * runs the SQL statement.
+ */
+bool
+op_direct_read_many(const char *scope, ArrayType *keys,
+					void (*found) (const char *key, OpRow *r, void *arg), void *arg)
+{
+	Relation	rel = open_operations(false);
+	Relation	index;
+	Snapshot	snapshot;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	if (rel == NULL)
+		return false;
+	index = index_open(layout.pk_index, AccessShareLock);
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, CStringGetTextDatum(scope));
+	ScanKeyEntryInitialize(&skey[1], SK_SEARCHARRAY, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(keys));
+
+	/* what SPI does before a statement: our own writes so far are seen */
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, index, snapshot, NULL, 2, 0, SO_NONE);
+	index_rescan(scan, skey, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		OpRow		r;
+		Datum	   *v;
+		bool	   *n;
+
+		slot_getallattrs(slot);
+		v = slot->tts_values;
+		n = slot->tts_isnull;
+		op_row_init(&r);
+		if (!n[layout.attidx[A_FINGERPRINT]])
+		{
+			bytea	   *fp = DatumGetByteaPP(v[layout.attidx[A_FINGERPRINT]]);
+
+			if (VARSIZE_ANY_EXHDR(fp) == IDEMPO_DIGEST_LEN)
+			{
+				r.has_fingerprint = true;
+				memcpy(r.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
+			}
+		}
+		r.status = idempo_status_from_datum(v[layout.attidx[A_STATUS]]);
+		r.attempt = DatumGetInt32(v[layout.attidx[A_ATTEMPT]]);
+#define TS(a) (n[layout.attidx[a]] ? DT_NOBEGIN : DatumGetTimestampTz(v[layout.attidx[a]]))
+#define PTR(a) (n[layout.attidx[a]] ? (Datum) 0 : v[layout.attidx[a]])
+		r.first_seen_at = TS(A_FIRST_SEEN_AT);
+		r.last_attempt_at = TS(A_LAST_ATTEMPT_AT);
+		r.lease_expires_at = TS(A_LEASE_EXPIRES_AT);
+		r.completed_at = TS(A_COMPLETED_AT);
+		r.expires_at = TS(A_EXPIRES_AT);
+		r.sweep_at = TS(A_SWEEP_AT);
+		r.result = n[layout.attidx[A_RESULT]] ? NULL : DatumGetJsonbP(v[layout.attidx[A_RESULT]]);
+		r.target_ref = PTR(A_TARGET_REF);
+		r.error = PTR(A_ERROR);
+		r.attempt_base = DatumGetInt32(v[layout.attidx[A_ATTEMPT_BASE]]);
+#undef TS
+#undef PTR
+		found(TextDatumGetCString(v[layout.attidx[A_KEY]]), &r, arg);
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return true;
 }
 
 static bool

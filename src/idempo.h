@@ -161,6 +161,7 @@ typedef enum IdempoPlanId
 	PLAN_CONFLICT_RECORD,
 	PLAN_CONFLICT_RECORD_0_2,
 	PLAN_CONFLICT_NEXT_ID,
+	PLAN_OP_PROBE_BATCH,		/* claim_batch's read of many keys (claim_batch.c) */
 	NUM_PLANS
 } IdempoPlanId;
 

@@ -153,6 +153,20 @@ typedef struct OpDirectFinish
 extern OpDirectResult op_direct_insert(const char *scope, const char *key, const OpRow *r,
 									   ItemPointer tid);
 extern bool op_direct_finish(const OpDirectFinish *f, ItemPointer tid);
+
+/* direct.c: the inserts of claim_batch's new keys, through one open table */
+typedef struct OpDirectBatch OpDirectBatch;
+extern OpDirectBatch *op_direct_batch_begin(void);
+extern OpDirectResult op_direct_batch_insert(OpDirectBatch *b, const char *scope, const char *key,
+											 const OpRow *r, ItemPointer tid);
+extern void op_direct_batch_end(OpDirectBatch *b);
+extern bool op_direct_read_many(const char *scope, ArrayType *keys,
+								void (*found) (const char *key, OpRow *r, void *arg), void *arg);
+
+/* claim.c: the record of a new key as a claim acquires it (attempt 1) */
+extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
+									Datum run_id, const uint8 *fingerprint, Jsonb *params,
+									bool complete_on_commit);
 typedef enum OpKeyState
 {
 	KEY_QUIET,					/* no other transaction is changing the record */

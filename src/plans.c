@@ -243,6 +243,14 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"SELECT pg_catalog.nextval('idempo.conflicts_id_seq'::pg_catalog.regclass)",
 		""
 	},
+	/* claim_batch's probe: OP_COLUMNS without what a replay does not read (run_id, params) */
+	[PLAN_OP_PROBE_BATCH] = {
+		"SELECT key, fingerprint, status, attempt, NULL::pg_catalog.text, first_seen_at, "
+		"last_attempt_at, lease_expires_at, completed_at, expires_at, sweep_at, result, target_ref, "
+		"error, NULL::pg_catalog.jsonb, attempt_base FROM idempo.operations "
+		"WHERE scope OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) ANY ($2)",
+		"ta"
+	},
 };
 
 static SPIPlanPtr plans[NUM_PLANS];

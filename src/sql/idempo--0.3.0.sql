@@ -1030,6 +1030,59 @@ CREATE EVENT TRIGGER idempo_drop_guard ON ddl_command_start
 ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 
 ------------------------------------------------------------------------------------------------
+-- Batches: many keys of one scope in one call, one answer per element (src/claim_batch.c)
+------------------------------------------------------------------------------------------------
+
+-- Each element is decided by claim() itself, in the order of the stored keys (overlapping batches
+-- never deadlock); the rows come back in input order.  duplicate_of: the position of the first
+-- occurrence of a key given again.
+CREATE FUNCTION idempo.claim_batch(
+    scope              text,
+    keys               text[],
+    params             jsonb[]       DEFAULT NULL,
+    run_id             text          DEFAULT NULL,
+    intent_at          timestamptz[] DEFAULT NULL,
+    wait               boolean       DEFAULT true,
+    complete_on_commit boolean       DEFAULT false)
+    RETURNS TABLE (
+        "position"       integer,
+        key              text,
+        duplicate_of     integer,
+        outcome          idempo.outcome,
+        status           idempo.status,
+        attempt          integer,
+        result           jsonb,
+        target_ref       text,
+        error            text,
+        first_seen_at    timestamptz,
+        lease_expires_at timestamptz,
+        conflict_id      bigint,
+        review_id        bigint,
+        completed_at     timestamptz)
+    AS 'MODULE_PATHNAME', 'idempo_claim_batch'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+CREATE FUNCTION idempo.complete_batch(
+    scope       text,
+    keys        text[],
+    attempts    integer[] DEFAULT NULL,
+    results     jsonb[]   DEFAULT NULL,
+    target_refs text[]    DEFAULT NULL)
+    RETURNS TABLE ("position" integer, key text, status idempo.status)
+    AS 'MODULE_PATHNAME', 'idempo_complete_batch'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+CREATE FUNCTION idempo.fail_batch(
+    scope     text,
+    keys      text[],
+    attempts  integer[] DEFAULT NULL,
+    errors    text[]    DEFAULT NULL,
+    retryable boolean   DEFAULT true)
+    RETURNS TABLE ("position" integer, key text, status idempo.status)
+    AS 'MODULE_PATHNAME', 'idempo_fail_batch'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+------------------------------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC but fingerprint().  See docs/security.md for the grant sets.
 ------------------------------------------------------------------------------------------------
 

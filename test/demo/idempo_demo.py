@@ -8,7 +8,9 @@ completes the claim with the shipment id.  It only uses idempo's SQL API.
 
     idempo_demo.py scenarios   the named scenarios, each checked (exit 1 if one fails)
     idempo_demo.py chaos       many orders, concurrent workers, random faults, a kill -9 of the
-                               postmaster; checks the warehouse at the end (exit 1 on a violation)
+                               postmaster; checks the warehouse at the end (exit 1 on a violation);
+                               chaos --batch N: each worker claims up to N deliveries at once
+                               (claim_batch, complete_batch)
 
 Connection settings come from the environment (see test/demo/run): DEMO_HOST, DEMO_PORT,
 DEMO_REPLICA_PORT, DEMO_PGDATA (for the chaos mode's kill -9), DEMO_PGBIN; DEMO_USER and DEMO_ORDERS_DB
@@ -147,6 +149,40 @@ class Runner:
                            'found in the warehouse' if found else 'lookup empty')
         # busy: another worker has it; conflict / in_review / stale: a person decides
         return Outcome(outcome)
+
+    def handle_batch(self, evs, faults):
+        """Many deliveries of one scope at once (a consumer's poll): one claim_batch, the warehouse
+        called for the acquired ones, one complete_batch; faults[i] is the fault of evs[i].
+        Returns one (Outcome or LostReply) per delivery, in order."""
+        scope = evs[0].scope
+        rows = self.orders.execute(
+            'SELECT position, outcome::text, attempt, target_ref FROM idempo.claim_batch(%s, %s, %s::jsonb[], '
+            'run_id => %s) ORDER BY position',
+            (scope, [ev.key for ev in evs], [ev.params for ev in evs], evs[0].delivery + '+batch')).fetchall()
+        outs, done = [None] * len(evs), []
+        for (pos, outcome, attempt, target_ref), ev, fault in zip(rows, evs, faults):
+            i = pos - 1
+            if outcome == 'acquired':
+                shipment = self.call_warehouse(ev)
+                if fault.lose_reply:
+                    outs[i] = LostReply(f'shipment {shipment} created, reply lost')
+                else:
+                    done.append((ev.key, attempt, json.dumps({'shipment_id': shipment}), str(shipment)))
+                    outs[i] = Outcome('shipped', shipment)
+            elif outcome in ('replay', 'expired'):
+                outs[i] = Outcome('replayed', int(target_ref) if target_ref else None)
+            elif outcome == 'unknown':
+                found = self.look_up_shipment(ev)
+                status = one(self.orders, 'SELECT idempo.verify(%s, %s, %s, %s, %s)::text',
+                             (scope, ev.key, attempt, found is not None, str(found) if found else None))
+                outs[i] = Outcome(f'verified ({status})', found)
+            else:
+                outs[i] = Outcome(outcome)
+        if done:
+            self.orders.execute('SELECT count(*) FROM idempo.complete_batch(%s, %s, %s, %s::jsonb[], %s)',
+                                (scope, [d[0] for d in done], [d[1] for d in done], [d[2] for d in done],
+                                 [d[3] for d in done]))
+        return outs
 
     def handle_in_one_transaction(self, ev, faults=Faults()):
         """The in-transaction pattern: reserve stock in the orders database, claimed in the same transaction."""
@@ -430,11 +466,38 @@ def chaos(args):
         time.sleep(0.05)
         events.put(Event(ev.order_id, ev.sku, ev.qty, ev.delivery + "'", legacy=ev.legacy))
 
+    def take():
+        """The next delivery, or with --batch N up to N of one scope (a consumer's poll)."""
+        evs = [events.get(timeout=0.2)]
+        while len(evs) < args.batch:
+            try:
+                ev = events.get_nowait()
+            except queue.Empty:
+                break
+            if ev.scope != evs[0].scope:
+                events.put(ev)          # another scope: a later poll takes it
+                events.task_done()
+                break
+            evs.append(ev)
+        return evs
+
+    def tally(ev, out):
+        if isinstance(out, LostReply):
+            with lock:
+                stats['lost_replies'] += 1
+            again(ev)
+            return
+        kind = out.handled.split(' ')[0]
+        with lock:
+            stats['outcomes'][kind] = stats['outcomes'].get(kind, 0) + 1
+        if kind == 'busy' or out.handled == 'verified (unknown)':
+            again(ev)
+
     def worker(n):
         runner = None
         while not stop.is_set():
             try:
-                ev = events.get(timeout=0.2)
+                evs = take()
             except queue.Empty:
                 continue
             try:
@@ -445,16 +508,16 @@ def chaos(args):
                     with lock:
                         stats['terminated_sessions'] += 1
                     runner.orders.execute('SELECT pg_terminate_backend(pg_backend_pid())')
-                out = runner.handle(ev, Faults(lose_reply=rnd.random() < args.fault_rate))
-                kind = out.handled.split(' ')[0]
-                with lock:
-                    stats['outcomes'][kind] = stats['outcomes'].get(kind, 0) + 1
-                if kind == 'busy' or out.handled == 'verified (unknown)':
-                    again(ev)
-            except LostReply:
-                with lock:
-                    stats['lost_replies'] += 1
-                again(ev)
+                faults = [Faults(lose_reply=rnd.random() < args.fault_rate) for _ in evs]
+                if args.batch > 1:
+                    outs = runner.handle_batch(evs, faults)
+                else:
+                    try:
+                        outs = [runner.handle(evs[0], faults[0])]
+                    except LostReply as e:
+                        outs = [e]
+                for ev, out in zip(evs, outs):
+                    tally(ev, out)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 with lock:
                     stats['reconnects'] += 1
@@ -465,12 +528,14 @@ def chaos(args):
                         pass
                 runner = None
                 time.sleep(0.2)
-                again(ev)
+                for ev in evs:
+                    again(ev)
             finally:
                 with lock:
-                    stats['deliveries'] += 1
+                    stats['deliveries'] += len(evs)
                     d = stats['deliveries']
-                events.task_done()
+                for _ in evs:
+                    events.task_done()
             if crash_at and d >= crash_at and not crashed.is_set():
                 crashed.set()
                 print(f'   ... kill -9 of the postmaster after {d} deliveries', flush=True)
@@ -558,6 +623,8 @@ def main():
     c.add_argument('--fault-rate', type=float, default=0.05, help='chance of a lost reply per delivery')
     c.add_argument('--seed', type=int, default=1)
     c.add_argument('--no-kill-postmaster', dest='kill_postmaster', action='store_false')
+    c.add_argument('--batch', type=int, default=1,
+                   help='deliveries per claim: N > 1 takes up to N of one scope and claims them with claim_batch')
     args = p.parse_args()
     return scenarios() if args.mode == 'scenarios' else chaos(args)
 
