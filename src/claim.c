@@ -943,6 +943,7 @@ idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now, Dat
 
 	memset(&a, 0, sizeof(a));
 	a.scope = scope;
+	a.lease = scope->lease;		/* a batch takes the scope's lease */
 	a.now = now;
 	a.run_id = run_id;
 	if (fingerprint != NULL)
