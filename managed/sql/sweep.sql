@@ -179,6 +179,9 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The install's REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo leaves procedures out (PostgreSQL's
+-- ALL FUNCTIONS does): nothing for PUBLIC here either (docs/security.md)
+REVOKE ALL ON PROCEDURE idempo.sweep_until_done(integer, integer) FROM PUBLIC;
 
 -- The sweep as a pg_cron job of this database, named 'idempo sweep: DATABASE'.  pg_cron must be
 -- installed in this database (its cron.database_name); elsewhere the error says what to run in
