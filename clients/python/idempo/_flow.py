@@ -299,7 +299,9 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
     except Exception as err:
         if every:
             yield HeartbeatStop()
-        yield from after_error(claim, retryable, honours_key, err)
+        decision = yield from after_error(claim, retryable, honours_key, err)
+        if decision is False:        # a final failure is an outcome, recorded and replayed
+            return Done(scope, key, Status.FAILED, attempt, None, None, error_text(err))
         raise
     if every:
         lost = yield HeartbeatStop()
@@ -316,22 +318,32 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
                          f'nothing recorded: {refused.message}') from refused
     except Exception as err:
         yield Rollback()
-        yield from after_error(claim, retryable, honours_key, err)
+        # The call succeeded and our write did not: only a target that honours the key makes a
+        # new attempt safe; otherwise leave it in doubt (the lookup will find the action).
+        if honours_key:
+            yield from after_error(claim, lambda e: True, True, err)
         raise
     yield Commit()
     return Done(scope, key, status, attempt, result, ref)
 
 
+def error_text(err):
+    return f'{type(err).__name__}: {err}'[:1000]
+
+
 def after_error(claim, retryable, honours_key, err):
+    """fail() as the rule decides; -> the decision (True, False, None)."""
     decision = decide(retryable, honours_key, err)
     if decision is None:
-        return
+        return None
     try:
         yield Begin()
-        yield Sql(FAIL_SQL, (claim.scope, claim.key, claim.attempt, f'{type(err).__name__}: {err}'[:1000], decision))
+        yield Sql(FAIL_SQL, (claim.scope, claim.key, claim.attempt, error_text(err), decision))
         yield Commit()
     except InvalidState:
         yield Rollback()        # superseded meanwhile: not ours to release; the newer attempt decides
+        return None
+    return decision
 
 
 def verify_flow(conn, claim, pkey, lookup, record, target_ref):

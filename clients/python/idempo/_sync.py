@@ -420,10 +420,12 @@ def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, params:
        lease every `heartbeat` seconds (default: a third of the lease);
     3. record(conn, value) -> result (your business write) and complete(attempt, result) commit
        together; -> Done.
-    If the call (or record) raises, retryable(err) decides: True -> fail(retryable) (the key is
-    free for the next attempt), False -> fail (final, replayed as a failure), None -> in doubt:
-    nothing is written, the lease runs out and the key becomes unknown.  Without a rule:
-    honours_key=True (the other system deduplicates by our key) -> True, else None.
+    If the call raises, retryable(err) decides: True -> fail(retryable) (the key is free for the
+    next attempt) and the error is raised; False -> fail(final): -> Done(status FAILED), replayed
+    so from then on; None -> in doubt: nothing is written and the error is raised; the lease runs
+    out and the key becomes unknown.  Without a rule: honours_key=True (the other system
+    deduplicates by our key) -> True, else None.  If record (or complete) raises after a
+    successful call: fail(retryable) with honours_key, else in doubt.
     On unknown (a lease that ran out): lookup(provider_key) -> the found value or None; found ->
     record and verify(found) in one transaction; not found -> verify(not found), and the next
     attempt runs once verify_settle allows it.  A verify refused because another verifier or a
