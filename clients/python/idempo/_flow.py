@@ -153,7 +153,7 @@ def version_flow():
     from ._types import UnsupportedVersion
     has_function, extversion = yield Sql(VERSION_PROBE_SQL, ())
     if not has_function:
-        raise UnsupportedVersion(extversion, NEEDED)
+        raise UnsupportedVersion(extversion, NEEDED, no_version_function=extversion is not None)
     (found,) = yield Sql(VERSION_SQL, ())
     if not supported(found):
         raise UnsupportedVersion(found, NEEDED)
@@ -207,11 +207,11 @@ def done_of(claim: Claim, *, replayed=True) -> Done:
                 replayed=replayed)
 
 
-def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, **claim_kw):
+def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False, **claim_kw):
     """Claim; on busy with on_busy='wait', claim again until the key is free or busy_timeout
     (seconds) has passed.  -> Claim (any outcome but busy, unless it raised Busy)."""
     if on_busy != 'wait':
-        claim = yield from claim_flow(scope, key, params, now=True, **claim_kw)
+        claim = yield from claim_flow(scope, key, params, now=now, **claim_kw)
         if claim.outcome is Outcome.BUSY:
             raise not_acquired(claim)
         return claim
@@ -254,14 +254,15 @@ def decide(retryable, honours_key, err) -> Optional[bool]:
 
 def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, retryable=None,
               honours_key=False, target_ref=None, provider_key=None, lease=None, heartbeat=None,
-              extend=None, on_busy='raise', busy_timeout=30.0, run_id=None, intent_at=None, max_rounds=5):
+              extend=None, on_busy='raise', busy_timeout=30.0, run_id=None, intent_at=None, retries=0):
     pkey = provider_key(scope, key) if provider_key else f'{scope}/{key}'
-    for _ in range(max_rounds):
+    left = retries
+    for _ in range(retries + 5):
         # The claim commits at once: the attempt holds the key by its lease while the call runs.
         yield Begin()
         try:
             claim = yield from claim_until_decided(scope, key, params, on_busy=on_busy, busy_timeout=busy_timeout,
-                                                   run_id=run_id, intent_at=intent_at, lease=lease)
+                                                   now=True, run_id=run_id, intent_at=intent_at, lease=lease)
             if claim.outcome is Outcome.CONFLICT:
                 raise (yield from conflict_flow(claim))
         except BaseException:
@@ -282,9 +283,16 @@ def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, 
             continue                # not found: retryable now, the next claim acquires
         if claim.outcome is not Outcome.ACQUIRED:
             raise not_acquired(claim)
-        return (yield from attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref,
-                                        heartbeat, extend))
-    raise Unknown(claim, f'key "{key}" in scope "{scope}": still not settled after {max_rounds} rounds')
+        try:
+            return (yield from attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref,
+                                            heartbeat, extend))
+        except Exception:
+            # retries: claim again -- the next attempt (after fail(retryable)), or, in doubt, busy
+            # until the lease runs out (on_busy='wait'), then unknown -> lookup -> verify
+            if left <= 0:
+                raise
+            left -= 1
+    raise Unknown(claim, f'key "{key}" in scope "{scope}": still not settled after {retries} retries')
 
 
 def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref, heartbeat, extend):

@@ -412,7 +412,7 @@ def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, params:
               target_ref: Optional[Callable[[Any], Optional[str]]] = None,
               provider_key: Optional[Callable[[str, str], str]] = None, lease=None, heartbeat: Optional[float] = None,
               extend=None, on_busy: str = 'raise', busy_timeout: float = 30.0, run_id: Optional[str] = None,
-              intent_at: Optional[_dt.datetime] = None) -> Done:
+              intent_at: Optional[_dt.datetime] = None, retries: int = 0) -> Done:
     """The two-system flow, whole:
 
     1. claim and commit (the attempt holds the key by its lease);
@@ -429,7 +429,9 @@ def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, params:
     On unknown (a lease that ran out): lookup(provider_key) -> the found value or None; found ->
     record and verify(found) in one transaction; not found -> verify(not found), and the next
     attempt runs once verify_settle allows it.  A verify refused because another verifier or a
-    newer attempt won (the verify race) claims again.  replay -> Done(replayed=True); conflict ->
+    newer attempt won (the verify race) claims again.  retries=N: after an error (retryable or
+    in doubt) claim again up to N times instead of raising -- with on_busy='wait' and a
+    busy_timeout longer than the lease, an attempt in doubt is waited out and looked up.  replay -> Done(replayed=True); conflict ->
     Conflict; busy -> Busy or waits (on_busy='wait'); in_review, stale, expired -> raised."""
     runner = Runner(conn)
     if transaction_open(runner.raw):
@@ -438,4 +440,5 @@ def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, params:
     return runner.run(F.call_flow(conn, scope, key, call, params=params, lookup=lookup, record=record,
                                   retryable=retryable, honours_key=honours_key, target_ref=target_ref,
                                   provider_key=provider_key, lease=lease, heartbeat=heartbeat, extend=extend,
-                                  on_busy=on_busy, busy_timeout=busy_timeout, run_id=run_id, intent_at=intent_at))
+                                  on_busy=on_busy, busy_timeout=busy_timeout, run_id=run_id, intent_at=intent_at,
+                                  retries=retries))

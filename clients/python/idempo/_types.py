@@ -74,10 +74,12 @@ class Claim:
         return self.outcome is Outcome.REPLAY
 
     def retry_after(self, default: float = 1.0) -> float:
-        """Seconds until a busy key's lease ends (at least 0.05), or default if not known."""
-        if self.lease_expires_at is None or self.now is None:
+        """Seconds until a busy key's lease ends (at least 0.05), or default if not known.  By
+        idempo's clock where the claim asked for it, else by this machine's."""
+        if self.lease_expires_at is None:
             return default
-        return max(0.05, (self.lease_expires_at - self.now).total_seconds())
+        now = self.now or _dt.datetime.now(_dt.timezone.utc)
+        return max(0.05, (self.lease_expires_at - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -264,10 +266,11 @@ class UndefinedFunction(DatabaseRefusal):
 class UnsupportedVersion(IdempoError):
     """The database's idempo SQL objects are of a version this library does not support."""
 
-    def __init__(self, found: Optional[str], needed: str):
+    def __init__(self, found: Optional[str], needed: str, no_version_function: bool = False):
         self.found, self.needed = found, needed
         where = ('idempo is not installed in this database' if found is None
-                 else f'the database has idempo {found}')
+                 else f'the database has idempo {found} without idempo.version() (older SQL objects)'
+                 if no_version_function else f'the database has idempo {found}')
         super().__init__(f'{where}; this library (idempo for Python {needed}) needs idempo {needed}: '
                          f'CREATE EXTENSION idempo, or ALTER EXTENSION idempo UPDATE TO \'{needed}\' '
                          f'(docs/upgrading.md)')

@@ -233,7 +233,7 @@ async def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, p
                     provider_key: Optional[Callable[[str, str], str]] = None, lease=None,
                     heartbeat: Optional[float] = None, extend=None, on_busy: str = 'raise',
                     busy_timeout: float = 30.0, run_id: Optional[str] = None,
-                    intent_at: Optional[_dt.datetime] = None) -> Done:
+                    intent_at: Optional[_dt.datetime] = None, retries: int = 0) -> Done:
     """The two-system flow (see idempo.call_once), awaited."""
     if transaction_open(conn):
         raise InTransaction(f'call_once({scope!r}, {key!r}) commits its claim before the call; the connection '
@@ -242,4 +242,4 @@ async def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, p
                                               retryable=retryable, honours_key=honours_key, target_ref=target_ref,
                                               provider_key=provider_key, lease=lease, heartbeat=heartbeat,
                                               extend=extend, on_busy=on_busy, busy_timeout=busy_timeout,
-                                              run_id=run_id, intent_at=intent_at))
+                                              run_id=run_id, intent_at=intent_at, retries=retries))

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import idempo
+
 psycopg = pytest.importorskip('psycopg')
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,7 +84,9 @@ class Service:
 
     def start(self):
         env = {**os.environ, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url, 'APP_NAME': self.app_name,
-               'PYTHONPATH': os.pathsep.join([os.path.join(HERE, '..'), os.environ.get('PYTHONPATH', '')])}
+               # the idempo these tests imported (installed, or the source tree in development)
+               'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
+                                              os.environ.get('PYTHONPATH', '')])}
         self.process = subprocess.Popen([sys.executable, '-u', os.path.join(HERE, 'shop', 'serve.py'), self.kind],
                                         stdout=subprocess.PIPE, env=env, text=True)
         line = self.process.stdout.readline()
