@@ -30,6 +30,7 @@ class Sql:
     sql: str
     args: tuple
     translate: bool = True       # map the database's error to idempo's exception types
+    fetch: bool = True           # a statement with a row to read (not BEGIN, SAVEPOINT...)
 
 
 @dataclass
@@ -87,8 +88,13 @@ def interval(value) -> Optional[str]:
     return str(value)
 
 
+_ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
+_OUTCOMES = {o.value: o for o in Outcome}                                  # arguments makes one per call
+_STATUSES = {s.value: s for s in Status}
+
+
 def to_json(value) -> Optional[str]:
-    return None if value is None else json.dumps(value, separators=(',', ':'), ensure_ascii=False)
+    return None if value is None else _ENCODER.encode(value)
 
 
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
@@ -127,7 +133,7 @@ def claim_args(scope, key, params_args, *, fingerprint=None, run_id=None, intent
 
 
 def parse_claim(scope: str, key: str, row) -> Claim:
-    return Claim(scope, key, Outcome(row[0]), None if row[1] is None else Status(row[1]), row[2],
+    return Claim(scope, key, _OUTCOMES[row[0]], None if row[1] is None else _STATUSES[row[1]], row[2],
                  None if row[3] is None else json.loads(row[3]), row[4], row[5], row[6], row[7], row[8], row[9],
                  row[10], row[11] if len(row) > 11 else None)
 
@@ -192,7 +198,7 @@ def refusal_flow(claim: Claim):
 
 def status_flow(sql, args):
     (status,) = yield Sql(sql, args)
-    return Status(status)
+    return _STATUSES[status]
 
 
 def lookup_flow(scope, key):
@@ -221,13 +227,13 @@ def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False,
     start = None
     pause = 0.05
     while True:
-        yield Sql('SAVEPOINT idempo_wait', None)
+        yield Sql('SAVEPOINT idempo_wait', None, fetch=False)
         claim = yield from claim_flow(scope, key, params, now=True, **claim_kw)
         if claim.outcome is not Outcome.BUSY:
-            yield Sql('RELEASE SAVEPOINT idempo_wait', None)
+            yield Sql('RELEASE SAVEPOINT idempo_wait', None, fetch=False)
             return claim
-        yield Sql('ROLLBACK TO SAVEPOINT idempo_wait', None)
-        yield Sql('RELEASE SAVEPOINT idempo_wait', None)
+        yield Sql('ROLLBACK TO SAVEPOINT idempo_wait', None, fetch=False)
+        yield Sql('RELEASE SAVEPOINT idempo_wait', None, fetch=False)
         now = yield Clock()
         start = now if start is None else start
         left = busy_timeout - (now - start)

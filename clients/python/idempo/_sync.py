@@ -59,26 +59,33 @@ class Runner:
     def __init__(self, conn):
         self.conn = conn
         self.raw = unwrap(conn)
+        self.direct = hasattr(self.raw, 'execute') and hasattr(self.raw, 'pgconn')     # psycopg 3
         self.lock = threading.RLock()
         self.beat = None
 
     # -- database
-    def execute(self, sql, args):
+    def execute(self, sql, args, fetch=True):
+        """One statement; -> its first row (fetch) or None.  psycopg 3's Connection.execute is
+        its cheapest path (no description is built, the cursor is not closed explicitly: it
+        holds nothing once fetched); any other DB-API connection goes through a cursor."""
         with self.lock:
+            if self.direct:
+                cur = self.raw.execute(sql, args)
+                return cur.fetchone() if fetch else None
             cur = self.raw.cursor()
             try:
                 cur.execute(sql, args)
-                return cur.fetchone() if cur.description else None
+                return cur.fetchone() if fetch else None
             finally:
                 cur.close()
 
     def begin(self):
         if getattr(self.raw, 'autocommit', False):
-            self.execute('BEGIN', None)
+            self.execute('BEGIN', None, False)
 
     def commit(self):
         if getattr(self.raw, 'autocommit', False):
-            self.execute('COMMIT', None)
+            self.execute('COMMIT', None, False)
         else:
             with self.lock:
                 self.raw.commit()
@@ -86,7 +93,7 @@ class Runner:
     def rollback(self):
         try:
             if getattr(self.raw, 'autocommit', False):
-                self.execute('ROLLBACK', None)
+                self.execute('ROLLBACK', None, False)
             else:
                 with self.lock:
                     self.raw.rollback()
@@ -123,7 +130,7 @@ class Runner:
     def do(self, op):
         if isinstance(op, F.Sql):
             try:
-                return self.execute(op.sql, op.args)
+                return self.execute(op.sql, op.args, op.fetch)
             except Exception as err:
                 if not op.translate:
                     raise

@@ -23,31 +23,27 @@ class Runner:
         self.lock = asyncio.Lock()
         self.beat = None
 
-    async def execute(self, sql, args, locked=False):
+    async def execute(self, sql, args, locked=False, fetch=True):
         if not locked:
             async with self.lock:
-                return await self.execute(sql, args, True)
-        cur = self.raw.cursor()
-        try:
-            await cur.execute(sql, args)
-            return (await cur.fetchone()) if cur.description else None
-        finally:
-            await cur.close()
+                return await self.execute(sql, args, True, fetch)
+        cur = await self.raw.execute(sql, args)
+        return (await cur.fetchone()) if fetch else None
 
     async def begin(self, locked=False):
         if self.raw.autocommit:
-            await self.execute('BEGIN', None, locked)
+            await self.execute('BEGIN', None, locked, False)
 
     async def commit(self, locked=False):
         if self.raw.autocommit:
-            await self.execute('COMMIT', None, locked)
+            await self.execute('COMMIT', None, locked, False)
         else:
             await self.raw.commit()
 
     async def rollback(self, locked=False):
         try:
             if self.raw.autocommit:
-                await self.execute('ROLLBACK', None, locked)
+                await self.execute('ROLLBACK', None, locked, False)
             else:
                 await self.raw.rollback()
         except Exception:
@@ -78,7 +74,7 @@ class Runner:
     async def do(self, op):
         if isinstance(op, F.Sql):
             try:
-                return await self.execute(op.sql, op.args)
+                return await self.execute(op.sql, op.args, fetch=op.fetch)
             except Exception as err:
                 typed = F.translate(err) if op.translate else err
                 if typed is err:
