@@ -215,12 +215,9 @@ def done_of(claim: Claim, *, replayed=True) -> Done:
 
 def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False, **claim_kw):
     """Claim; on busy with on_busy='wait', claim again until the key is free or busy_timeout
-    (seconds) has passed.  -> Claim (any outcome but busy, unless it raised Busy)."""
-    if on_busy != 'wait':
-        claim = yield from claim_flow(scope, key, params, now=now, **claim_kw)
-        if claim.outcome is Outcome.BUSY:
-            raise not_acquired(claim)
-        return claim
+    (seconds) has passed (then raise Busy).  -> Claim."""
+    if on_busy != 'wait':             # the caller answers busy (raises Busy)
+        return (yield from claim_flow(scope, key, params, now=now, **claim_kw))
     # A claim reads an existing record FOR UPDATE: a busy answer leaves this transaction holding
     # the row lock, and the holder's complete() would wait for us while we wait for it.  So each
     # waiting claim runs in a savepoint, rolled back (lock released) before the pause.
