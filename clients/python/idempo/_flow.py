@@ -20,6 +20,10 @@ NEEDED = '0.3.0'
 
 CLAIM_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, first_seen_at, '
                  'lease_expires_at, conflict_id, review_id, completed_at')
+# What once(), call_once() and the middleware read: the timestamps they do not use are left out
+# (each costs the driver a parse on every claim; claim() returns them all).
+NARROW_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, NULL, '
+                  'lease_expires_at, conflict_id, review_id, NULL')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +94,7 @@ def interval(value) -> Optional[str]:
 
 _ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
 _OUTCOMES = {o.value: o for o in Outcome}                                  # arguments makes one per call
-_STATUSES = {s.value: s for s in Status}
+_STATUSES = STATUSES = {s.value: s for s in Status}
 
 
 def to_json(value) -> Optional[str]:
@@ -99,7 +103,7 @@ def to_json(value) -> Optional[str]:
 
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
               run_id: bool = False, intent_at: bool = False, complete_on_commit: bool = False,
-              lease: bool = False, now: bool = False) -> str:
+              lease: bool = False, now: bool = False, narrow: bool = False) -> str:
     """The claim statement; named arguments only for what is given, so that an older server's
     claim (no lease parameter) still answers the calls that do not use them."""
     named = [f'params => {params_sql}']
@@ -115,7 +119,7 @@ def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait:
         named.append('complete_on_commit => true')
     if lease:
         named.append('lease => %s::interval')
-    return (f'SELECT {CLAIM_COLUMNS}' + (', idempo.now()' if now else '')
+    return (f'SELECT {NARROW_COLUMNS if narrow else CLAIM_COLUMNS}' + (', idempo.now()' if now else '')
             + f' FROM idempo.claim(%s, %s, {", ".join(named)})')
 
 
@@ -167,12 +171,12 @@ def version_flow():
 
 
 def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=None, fingerprint=None, wait=True,
-               run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False):
+               run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False):
     if params_args is None:
         params_args = (to_json(params),)
     sql = claim_sql(params_sql=params_sql, fingerprint=fingerprint is not None, wait=wait, run_id=run_id is not None,
                     intent_at=intent_at is not None, complete_on_commit=complete_on_commit,
-                    lease=lease is not None, now=now)
+                    lease=lease is not None, now=now, narrow=narrow)
     row = yield Sql(sql, claim_args(scope, key, params_args, fingerprint=fingerprint, run_id=run_id,
                                     intent_at=intent_at, lease=lease))
     return parse_claim(scope, key, row)
@@ -217,7 +221,7 @@ def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False,
     """Claim; on busy with on_busy='wait', claim again until the key is free or busy_timeout
     (seconds) has passed (then raise Busy).  -> Claim."""
     if on_busy != 'wait':             # the caller answers busy (raises Busy)
-        return (yield from claim_flow(scope, key, params, now=now, **claim_kw))
+        return (yield from claim_flow(scope, key, params, now=now, narrow=True, **claim_kw))
     # A claim reads an existing record FOR UPDATE: a busy answer leaves this transaction holding
     # the row lock, and the holder's complete() would wait for us while we wait for it.  So each
     # waiting claim runs in a savepoint, rolled back (lock released) before the pause.
@@ -225,7 +229,7 @@ def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False,
     pause = 0.05
     while True:
         yield Sql('SAVEPOINT idempo_wait', None, fetch=False)
-        claim = yield from claim_flow(scope, key, params, now=True, **claim_kw)
+        claim = yield from claim_flow(scope, key, params, now=True, narrow=True, **claim_kw)
         if claim.outcome is not Outcome.BUSY:
             yield Sql('RELEASE SAVEPOINT idempo_wait', None, fetch=False)
             return claim

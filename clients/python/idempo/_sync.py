@@ -53,6 +53,25 @@ _checked: 'weakref.WeakKeyDictionary[Any, str]' = weakref.WeakKeyDictionary()
 _checked_lock = threading.Lock()
 
 
+_runners: 'weakref.WeakKeyDictionary[Any, Runner]' = weakref.WeakKeyDictionary()
+
+
+def runner_for(conn) -> 'Runner':
+    """The Runner of a driver's connection, made once and kept as long as the connection (with
+    its version check); a wrapper (Django, SQLAlchemy) gets a new one each time, since the
+    connection under it may change."""
+    try:
+        runner = _runners.get(conn)
+    except TypeError:                 # not weakly referable
+        return Runner(conn)
+    if runner is None:
+        runner = Runner(conn)
+        if runner.raw is conn:
+            with _checked_lock:
+                _runners[conn] = runner
+    return runner
+
+
 class Runner:
     """Runs a flow's operations on one connection."""
 
@@ -62,6 +81,7 @@ class Runner:
         self.direct = hasattr(self.raw, 'execute') and hasattr(self.raw, 'pgconn')     # psycopg 3
         self.lock = threading.RLock()
         self.beat = None
+        self.version = None
 
     # -- database
     def execute(self, sql, args, fetch=True):
@@ -101,15 +121,29 @@ class Runner:
             pass                # the connection is gone: nothing to roll back
 
     # -- the flow
+    def query(self, sql, args):
+        """One statement outside a flow (the fast paths of once()), errors typed as in do()."""
+        try:
+            return self.execute(sql, args)
+        except Exception as err:
+            typed = F.translate(err)
+            if typed is err:
+                raise
+            raise typed from err
+
     def ensure_version(self):
+        if self.version is not None:
+            return self.version
         try:
             if self.raw in _checked:
-                return _checked[self.raw]
+                self.version = _checked[self.raw]
+                return self.version
         except TypeError:        # not weakly referable: check every time
             return self.run(F.version_flow(), check=False)
         found = self.run(F.version_flow(), check=False)
         with _checked_lock:
             _checked[self.raw] = found
+        self.version = found
         return found
 
     def run(self, gen, check=True):
@@ -203,31 +237,31 @@ class Heartbeat(threading.Thread):
 def version(conn) -> str:
     """The version of idempo's SQL objects in conn's database; raises UnsupportedVersion if this
     library does not support it.  Checked once per connection by every other call."""
-    return Runner(conn).ensure_version()
+    return runner_for(conn).ensure_version()
 
 
 def claim(conn, scope: str, key: str, params: Any = None, *, wait: bool = True, run_id: Optional[str] = None,
           intent_at: Optional[_dt.datetime] = None, fingerprint: Optional[bytes] = None, lease=None,
           complete_on_commit: bool = False) -> Claim:
     """idempo.claim in conn's current transaction -> Claim (every outcome; nothing raised for them)."""
-    return Runner(conn).run(F.claim_flow(scope, key, params, wait=wait, run_id=run_id, intent_at=intent_at,
+    return runner_for(conn).run(F.claim_flow(scope, key, params, wait=wait, run_id=run_id, intent_at=intent_at,
                                          fingerprint=fingerprint, lease=lease,
                                          complete_on_commit=complete_on_commit))
 
 
 def complete(conn, scope: str, key: str, *, attempt: Optional[int] = None, result: Any = None,
              target_ref: Optional[str] = None) -> Status:
-    return Runner(conn).run(F.status_flow(F.COMPLETE_SQL, (scope, key, attempt, F.to_json(result), target_ref)))
+    return runner_for(conn).run(F.status_flow(F.COMPLETE_SQL, (scope, key, attempt, F.to_json(result), target_ref)))
 
 
 def fail(conn, scope: str, key: str, *, attempt: Optional[int] = None, error: Optional[str] = None,
          retryable: bool = True) -> Status:
-    return Runner(conn).run(F.status_flow(F.FAIL_SQL, (scope, key, attempt, error, retryable)))
+    return runner_for(conn).run(F.status_flow(F.FAIL_SQL, (scope, key, attempt, error, retryable)))
 
 
 def verify(conn, scope: str, key: str, attempt: int, found: bool, *, target_ref: Optional[str] = None,
            result: Any = None) -> Status:
-    return Runner(conn).run(F.status_flow(F.VERIFY_SQL, (scope, key, attempt, found, target_ref,
+    return runner_for(conn).run(F.status_flow(F.VERIFY_SQL, (scope, key, attempt, found, target_ref,
                                                          F.to_json(result))))
 
 
@@ -236,11 +270,11 @@ def heartbeat(conn, scope: str, key: str, attempt: int, extend=None) -> _dt.date
     def flow():
         (until,) = yield F.Sql(F.HEARTBEAT_SQL, (scope, key, attempt, F.interval(extend)))
         return until
-    return Runner(conn).run(flow())
+    return runner_for(conn).run(flow())
 
 
 def lookup(conn, scope: str, key: str) -> Optional[Operation]:
-    return Runner(conn).run(F.lookup_flow(scope, key))
+    return runner_for(conn).run(F.lookup_flow(scope, key))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,11 +366,24 @@ class Once:
             raise NoTransaction(f'once({self.scope!r}, {self.key!r}) runs in your transaction, and the connection '
                                 'has none open: use conn.transaction() (psycopg), transaction.atomic() (Django), '
                                 'session.begin() (SQLAlchemy), or turn autocommit off')
-        return self._entered(self._runner.run(self._claim_flow()))
+        runner = self._runner
+        if self._on_busy == 'raise' and runner.version is not None:
+            # the fast path: one statement, no flow machinery (the same claim as _claim_flow)
+            kw = self._claim_kw
+            sql = F.claim_sql(narrow=True, wait=kw['wait'], run_id=kw['run_id'] is not None,
+                              intent_at=kw['intent_at'] is not None, fingerprint=kw['fingerprint'] is not None)
+            claim = F.parse_claim(self.scope, self.key, runner.query(sql, F.claim_args(
+                self.scope, self.key, (F.to_json(self.params),), fingerprint=kw['fingerprint'], run_id=kw['run_id'],
+                intent_at=kw['intent_at'])))
+            if claim.outcome is not Outcome.ACQUIRED and claim.outcome is not Outcome.REPLAY:
+                raise runner.run(F.refusal_flow(claim), check=False)
+            return self._entered(claim)
+        return self._entered(runner.run(self._claim_flow()))
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None and self.acquired and not self._finished:
-            self.status = self._runner.run(F.status_flow(F.COMPLETE_SQL, self._complete_args()), check=False)
+            (status,) = self._runner.query(F.COMPLETE_SQL, self._complete_args())
+            self.status = F.STATUSES[status]
             self._finished = True
         return False
 
@@ -347,7 +394,7 @@ def once(conn, scope: str, key: str, params: Any = None, *, on_busy: str = 'rais
     """One-transaction work: see Once."""
     if on_busy not in ('raise', 'wait'):
         raise ValueError("on_busy must be 'raise' or 'wait'")
-    return Once(Runner(conn), scope, key, params, on_busy, busy_timeout,
+    return Once(runner_for(conn), scope, key, params, on_busy, busy_timeout,
                 dict(run_id=run_id, intent_at=intent_at, fingerprint=fingerprint, wait=wait))
 
 
@@ -440,7 +487,7 @@ def call_once(conn, scope: str, key: str, call: Callable[[str], Any], *, params:
     in doubt) claim again up to N times instead of raising -- with on_busy='wait' and a
     busy_timeout longer than the lease, an attempt in doubt is waited out and looked up.  replay -> Done(replayed=True); conflict ->
     Conflict; busy -> Busy or waits (on_busy='wait'); in_review, stale, expired -> raised."""
-    runner = Runner(conn)
+    runner = runner_for(conn)
     if transaction_open(runner.raw):
         raise InTransaction(f'call_once({scope!r}, {key!r}) commits its claim before the call; the connection '
                             'has a transaction open (commit it first, or use a connection of its own)')

@@ -49,7 +49,9 @@ def _status(value: Optional[str]) -> Optional[Status]:
 
 @dataclass(frozen=True)
 class Claim:
-    """One answer of idempo.claim (idempo.claim_result) with the scope and key it was for."""
+    """One answer of idempo.claim (idempo.claim_result) with the scope and key it was for.
+    first_seen_at and completed_at are read by claim() only (None in once, call_once and the
+    middleware, which do not use them)."""
     scope: str
     key: str
     outcome: Outcome

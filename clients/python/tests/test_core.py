@@ -1,5 +1,6 @@
 """The blocking API against a real database: typed outcomes and errors, once(), @idempotent,
 the version check, psycopg 3 and psycopg2."""
+import os
 import threading
 import time
 
@@ -202,3 +203,50 @@ def test_psycopg2(dbname, scope, db, stock):
         c.rollback()
     finally:
         c.close()
+
+
+def test_sqlalchemy_session(dbname, scope, stock):
+    sqlalchemy = pytest.importorskip('sqlalchemy')
+    from sqlalchemy.orm import Session
+    host, port, user = os.environ.get('PGHOST', ''), os.environ.get('PGPORT', '5432'), os.environ.get('PGUSER', '')
+    engine = sqlalchemy.create_engine(f'postgresql+psycopg2://{user}@/{dbname}?host={host}&port={port}')
+    s, k = scope(), new_key()
+    try:
+        for _ in range(2):
+            with Session(engine) as session, session.begin():
+                with idempo.once(session, s, k, {'qty': 1}) as op:
+                    if op.acquired:
+                        session.execute(sqlalchemy.text('INSERT INTO stock_moves VALUES (:k, 1)'), {'k': k})
+                        op.result = {'n': 1}
+        assert op.replayed and op.result == {'n': 1} and stock(k) == 1
+        with pytest.raises(ZeroDivisionError):                 # the session's rollback takes the claim
+            with Session(engine) as session, session.begin():
+                with idempo.once(session, s, k + '-2'):
+                    1 / 0
+        with Session(engine) as session:
+            assert idempo.lookup(session, s, k + '-2') is None
+    finally:
+        engine.dispose()
+
+
+def test_async_decorator(dbname, scope):
+    import asyncio
+    import idempo.aio  # noqa: F401
+    s, runs = scope(), []
+
+    @idempo.idempotent(s, key='order_id', params=('qty',))
+    async def reserve(conn, order_id, qty):
+        runs.append(order_id)
+        await conn.execute('INSERT INTO stock_moves VALUES (%s, %s)', [order_id, qty])
+        return {'qty': qty}
+
+    async def main():
+        k = new_key()
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            results = []
+            for _ in range(2):
+                async with conn.transaction():
+                    results.append(await reserve(conn, k, 3))
+            return k, results
+    k, results = asyncio.run(main())
+    assert results == [{'qty': 3}, {'qty': 3}] and runs == [k]
