@@ -41,9 +41,12 @@ def test_claim_outcomes_are_typed(conn, scope):
     assert other.outcome is Outcome.CONFLICT and isinstance(other.conflict_id, int)
 
 
-def test_once_runs_once_and_replays(conn, db, scope, stock):
+@pytest.mark.parametrize('path', ['flow', 'fast'])
+def test_once_runs_once_and_replays(conn, db, scope, stock, path):
     s, k = scope(), new_key()
     runs = []
+    if path == 'fast':
+        idempo.version(conn)                          # checked: once() takes its fast path
 
     def reserve():
         with conn.transaction(), idempo.once(conn, s, k, {'sku': 'A-7', 'qty': 2}) as op:
@@ -86,10 +89,15 @@ def test_once_conflict_carries_id_and_changed_fields(conn, db, scope):
     assert 'qty' in str(err)
 
 
-def test_once_busy_raises_or_waits(conn, db, scope):
+def test_once_busy_raises_or_waits(conn, db, dbname, scope):
     s, k = scope(), new_key()
     holder = idempo.claim(db, s, k)                   # committed (autocommit): a running lease
     assert holder.acquired
+    with psycopg.connect(dbname=dbname, autocommit=True) as fresh:     # its first use: the flow
+        with pytest.raises(idempo.Busy):
+            with fresh.transaction(), idempo.once(fresh, s, k):
+                pytest.fail('must not run while busy')
+    idempo.version(conn)                              # checked: once() takes its fast path
     with pytest.raises(idempo.Busy) as caught:
         with conn.transaction(), idempo.once(conn, s, k):
             pytest.fail('must not run while busy')
