@@ -22,6 +22,7 @@ class Runner:
         self.conn = self.raw = conn
         self.lock = asyncio.Lock()
         self.beat = None
+        self.version = None
 
     async def execute(self, sql, args, locked=False, fetch=True):
         if not locked:
@@ -50,10 +51,13 @@ class Runner:
             pass
 
     async def ensure_version(self):
+        if self.version is not None:
+            return self.version
         if self.raw in _checked:
-            return _checked[self.raw]
+            self.version = _checked[self.raw]
+            return self.version
         found = await self.run(F.version_flow(), check=False)
-        _checked[self.raw] = found
+        _checked[self.raw] = self.version = found
         return found
 
     async def run(self, gen, check=True):

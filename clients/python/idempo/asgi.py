@@ -72,6 +72,7 @@ class IdempotencyMiddleware:
         self.routes = routes if isinstance(routes, Routes) else Routes(routes)
         self.connection = connection
         self.max_body = max_body
+        self.version = None
 
     async def __call__(self, scope, receive, send):
         route = self.routes.match(scope['method'], scope['path']) if scope['type'] == 'http' else None
@@ -94,6 +95,7 @@ class IdempotencyMiddleware:
 
         async with self.connection() as conn:
             runner = aio.Runner(conn)
+            runner.version = self.version        # checked on the first connection: once per app
 
             async def begin(ctx):
                 if not ctx.began:
@@ -109,6 +111,7 @@ class IdempotencyMiddleware:
                 reply = await runner.run(flow_for(conn, route, info, key, handler))
             except Refusal as refusal:
                 reply = refusal.reply
+            self.version = runner.version
         await send_reply(send, reply)
 
     async def _run_app(self, scope, receive, body) -> Reply:

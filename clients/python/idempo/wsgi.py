@@ -55,6 +55,7 @@ class IdempotencyMiddleware:
         self.routes = routes if isinstance(routes, Routes) else Routes(routes)
         self.connection = connection
         self.max_body = max_body
+        self.version = None
 
     def __call__(self, environ, start_response):
         route = self.routes.match(environ['REQUEST_METHOD'], environ.get('PATH_INFO', ''))
@@ -79,6 +80,7 @@ class IdempotencyMiddleware:
 
         with self.connection() as conn:
             runner = Runner(conn)
+            runner.version = self.version        # checked on the first connection: once per app
 
             def begin(ctx):
                 if not ctx.began:
@@ -95,6 +97,7 @@ class IdempotencyMiddleware:
                 reply = runner.run(flow_for(conn, route, info, key, handler))
             except Refusal as refusal:
                 reply = refusal.reply
+            self.version = runner.version
         return send_reply(start_response, reply)
 
     def _run_app(self, environ) -> Reply:

@@ -86,8 +86,11 @@ def main(selected):
         if selected and mid not in selected:
             continue
         with tempfile.TemporaryDirectory(prefix=f'idempo-py-mutant-{mid}-') as work:
-            copy = os.path.join(work, 'python')
+            # the tree's layout: the tests find schema.sql, docs/python.md and idempo.control
+            # at ../../.. from their directory
+            copy = os.path.join(work, 'clients', 'python')
             shutil.copytree(here, copy, ignore=shutil.ignore_patterns('__pycache__'))
+            shutil.copy(os.path.join(here, '..', '..', 'idempo.control'), work)
             # the schema and docs the tests read, where they look for them
             os.makedirs(os.path.join(work, 'test', 'examples', 'http'))
             shutil.copy(os.path.join(here, '..', '..', 'test', 'examples', 'http', 'schema.sql'),
@@ -107,8 +110,13 @@ def main(selected):
             env = {**os.environ, 'PYTHONPATH': copy, 'IDEMPO_TEST_DOCS': os.path.join(work, 'docs', 'python.md')}
             r = subprocess.run([sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *args],
                                cwd=os.path.join(copy, 'tests'), env=env, capture_output=True, text=True, timeout=900)
+            last = (r.stdout.strip().splitlines() or [''])[-1]
             if r.returncode == 0:
-                print(f'SURVIVED {mid}: {intent}\n  {r.stdout.strip().splitlines()[-1]}')
+                print(f'SURVIVED {mid}: {intent}\n  {last}')
+                failed += 1
+            elif ' failed' not in last:
+                # an error (a missing file, a fixture) is not a kill: the tests must fail on the slip
+                print(f'ERROR   {mid}: the tests did not run to a failure\n  {last}')
                 failed += 1
             else:
                 print(f'killed  {mid}: {intent}')

@@ -144,3 +144,17 @@ def test_version_flow():
         drive(F.version_flow(), answers_for(True, '0.4.0', '0.4.0'))
     with pytest.raises(idempo.UnsupportedVersion, match='the database has idempo 0.30.1'):
         drive(F.version_flow(), answers_for(True, '0.30.1', '0.30.1'))
+
+
+def test_versioned_with_the_extension():
+    """The library's version is the extension's (idempo.control's default_version), in the
+    package, its metadata and the SQL API version it asks for."""
+    import os
+    import re
+    here = os.path.dirname(os.path.abspath(__file__))
+    control = open(os.path.join(here, '..', '..', '..', 'idempo.control')).read()
+    default = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.M).group(1)
+    pyproject = open(os.path.join(here, '..', 'pyproject.toml')).read()
+    assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == default
+    assert idempo.__version__ == default == F.NEEDED
+    assert F.supported(default)
