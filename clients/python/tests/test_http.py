@@ -272,6 +272,17 @@ def test_handler_error_500_is_not_stored(shop):
     assert orders_of(db, who) == 1
 
 
+def test_a_5xx_reply_is_not_stored_and_its_writes_roll_back(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'flaky-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    for _ in range(2):
+        status, headers, _ = service.post('/orders', body, k)
+        assert status == 503 and 'idempotent-replayed' not in headers, status
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    assert orders_of(db, who) == 0
+
+
 def test_a_4xx_the_handler_decided_is_stored(shop):
     service, db, _ = shop
     k = new_key()
@@ -399,7 +410,7 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
     k = new_key()
     order_id = 10500 + FRAMEWORKS.index(service.kind)
     body = {'order_id': order_id, 'amount_cents': 700}
-    db.execute("SELECT idempo.alter_scope('http.payments', lease => '1 second')")
+    db.execute("SELECT idempo.alter_scope('http.payments', lease => '8 seconds')")
     provider.gate.clear()
     with ThreadPoolExecutor(1) as pool:
         try:
@@ -411,6 +422,11 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
         finally:
             provider.gate.set()
             db.execute("SELECT idempo.alter_scope('http.payments', lease => '30 seconds')")
+    # the dead attempt's lease still runs: 409 (the restart takes well under its 8 seconds)
+    assert one(db, "SELECT lease_expires_at > idempo.now() FROM idempo.lookup('http.payments', %s)",
+               [f'anonymous/{k}'])
+    status, headers, _ = service.post('/payments', body, k)
+    assert status == 409 and headers['retry-after'] == '1', status
     wait_for('the lease to run out', lambda: one(
         db, "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() "
             "FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']))

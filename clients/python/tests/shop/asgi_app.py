@@ -20,6 +20,8 @@ async def create_order(request: Request):
     if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
         return JSONResponse({'detail': 'no such customer'}, status_code=404)
     cur = await conn.execute(common.ORDER_SQL, common.order_args(body))
+    if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
+        return JSONResponse({'detail': 'try again'}, status_code=503)
     return JSONResponse(common.row(common.ORDER_COLUMNS, await cur.fetchone()), status_code=201,
                         headers={'x-order-handler': 'asgi'})
 

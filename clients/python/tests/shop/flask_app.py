@@ -17,6 +17,8 @@ def create_order():
     if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
         return jsonify({'detail': 'no such customer'}), 404
     order = current().conn.execute(common.ORDER_SQL, common.order_args(body)).fetchone()
+    if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
+        return jsonify({'detail': 'try again'}), 503
     return jsonify(common.row(common.ORDER_COLUMNS, order)), 201, {'x-order-handler': 'flask'}
 
 
