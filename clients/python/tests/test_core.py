@@ -258,3 +258,18 @@ def test_async_decorator(dbname, scope):
             return k, results
     k, results = asyncio.run(main())
     assert results == [{'qty': 3}, {'qty': 3}] and runs == [k]
+
+
+def test_django_transaction_atomic(dbname, scope, stock):
+    """once() with Django's connection joins transaction.atomic() (Django 3.2: psycopg2)."""
+    pytest.importorskip('django')
+    import subprocess
+    import sys
+    s, k = scope(), new_key()
+    env = {**os.environ, 'PGDATABASE': dbname,
+           'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
+                                          os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'django_atomic.py'), s, k],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stdout + r.stderr
+    assert stock(k) == 1
