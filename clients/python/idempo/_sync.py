@@ -370,11 +370,11 @@ class Once:
         if self._on_busy == 'raise' and runner.version is not None:
             # the fast path: one statement, no flow machinery (the same claim as _claim_flow)
             kw = self._claim_kw
-            sql = F.claim_sql(narrow=True, wait=kw['wait'], run_id=kw['run_id'] is not None,
+            sql = F.claim_sql(fast=True, wait=kw['wait'], run_id=kw['run_id'] is not None,
                               intent_at=kw['intent_at'] is not None, fingerprint=kw['fingerprint'] is not None)
             claim = F.parse_claim(self.scope, self.key, runner.query(sql, F.claim_args(
                 self.scope, self.key, (F.to_json(self.params),), fingerprint=kw['fingerprint'], run_id=kw['run_id'],
-                intent_at=kw['intent_at'])))
+                intent_at=kw['intent_at'])), fast=True)
             if claim.outcome is not Outcome.ACQUIRED and claim.outcome is not Outcome.REPLAY:
                 raise runner.run(F.refusal_flow(claim), check=False)
             return self._entered(claim)

@@ -289,7 +289,7 @@ def _invalid_json(err) -> bool:
 def _claim(route, info, key):
     try:
         return (yield from F.claim_flow(route.scope, key, params_sql=PARAMS_SQL, params_args=params_args(info),
-                                        wait=False, lease=route.lease, narrow=True))
+                                        wait=False, lease=route.lease, fast=True))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
         if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):
