@@ -334,7 +334,10 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
             return Done(scope, key, Status.FAILED, attempt, None, None, error_text(err))
         raise
     if every:
-        lost = yield HeartbeatStop()
+        # A heartbeat refused (the lease ran out) needs no answer here: complete() decides --
+        # refused if a newer attempt took the key (Superseded), accepted as a late reply if the
+        # key only turned unknown.
+        yield HeartbeatStop()
     # The business write and complete(attempt) commit together, or neither does.
     yield Begin()
     try:

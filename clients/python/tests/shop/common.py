@@ -4,7 +4,7 @@ import json
 import os
 import urllib.request
 
-from idempo.http import Reply, Route, problem
+from idempo.http import Route, problem
 
 PROVIDER_URL = os.environ.get('PROVIDER_URL', 'http://127.0.0.1:9099')
 DOCS = 'https://example.com/docs/idempotency'
