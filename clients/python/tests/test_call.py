@@ -205,3 +205,36 @@ def test_async(dbname, scope, payments):
     assert seen == [idempo.Outcome.BUSY] and done.succeeded and done.attempt == 1
     assert again.replayed and again.result == done.result and payments(k) == 1
     assert op2.result == {'x': 1}
+
+
+def test_worker_killed_mid_call_then_lookup_and_verify(conn, db, dbname, scope):
+    """kill -9 of a worker whose call charged and whose reply never came: its lease runs out
+    (unknown), and the next call_once looks the charge up and verifies it: one charge, recorded."""
+    import os
+    import subprocess
+    import sys
+    s, k = scope(lease='1 second', verify_settle='0.5 seconds'), new_key()
+    db.execute('CREATE TABLE IF NOT EXISTS provider_charges (reference text, charge text)')
+    env = {**os.environ, 'PGDATABASE': dbname,
+           'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
+                                          os.environ.get('PYTHONPATH', '')])}
+    worker = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), 'killed_worker.py'), s, k],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert worker.stdout.readline().strip() == 'charged'
+    finally:
+        worker.kill()                  # SIGKILL
+        worker.wait(10)
+    assert idempo.lookup(db, s, k).status is Status.IN_PROGRESS
+
+    def find(reference):
+        row = db.execute('SELECT charge FROM provider_charges WHERE reference = %s', [reference]).fetchone()
+        return {'id': row[0]} if row else None
+
+    def must_not_charge(reference):
+        raise AssertionError('charged twice')
+    done = idempo.call_once(conn, s, k, must_not_charge, params={'amount': 5}, lookup=find,
+                            target_ref=lambda c: c['id'], on_busy='wait', busy_timeout=20)
+    assert done.verified and done.succeeded and done.attempt == 1
+    assert done.target_ref == f'ch-{worker.pid}'
+    assert db.execute('SELECT count(*) FROM provider_charges WHERE reference = %s', [f'{s}/{k}']).fetchone()[0] == 1
