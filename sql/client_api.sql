@@ -172,4 +172,29 @@ SELECT idempo.heartbeat('hb.hashed', 'customer@example.com', 1, '20 minutes') IS
 SELECT regress.left_of('hb.hashed', idempo.stored_key('hb.hashed', 'customer@example.com'));
 SELECT regress.err($$SELECT idempo.heartbeat('hb.hashed', 'other@example.com', 1)$$);
 SELECT * FROM idempo.check_consistency();
+-- the settle window counts from the last heartbeat, as from a claim: a request the worker
+-- sent under a heartbeat's lease may still be in flight when it runs out, so an empty lookup
+-- is proof only once verify_settle has passed since that heartbeat (counted from the claim,
+-- the next attempt would do the action a second time)
+SELECT name FROM idempo.create_scope('hb.settle', lease => '1 minute', verify_settle => '10 minutes');
+SELECT outcome, attempt FROM idempo.claim('hb.settle', 's1');
+DO $$ BEGIN
+    FOR i IN 1..30 LOOP   -- every 50 seconds for 25 minutes
+        PERFORM set_config('idempo.clock_offset', (i * 50) || ' seconds', false);
+        PERFORM idempo.heartbeat('hb.settle', 's1', 1, '1 minute');
+    END LOOP;
+END $$;
+SELECT date_trunc('minute', last_attempt_at - first_seen_at) AS counts_from,
+       date_trunc('minute', lease_expires_at - first_seen_at) AS lease_until
+  FROM idempo.operations WHERE scope = 'hb.settle' AND key = 's1';
+SET idempo.clock_offset = '27 minutes';
+SELECT outcome, status, attempt FROM idempo.claim('hb.settle', 's1');
+SET client_min_messages = warning;   -- the NOTICE names the time the window ends
+SELECT idempo.verify('hb.settle', 's1', 1, found => false) AS inside_settle_window;
+RESET client_min_messages;
+SELECT outcome, status, attempt FROM idempo.claim('hb.settle', 's1');
+SET idempo.clock_offset = '36 minutes';
+SELECT idempo.verify('hb.settle', 's1', 1, found => false) AS after_it;
+SELECT outcome, attempt FROM idempo.claim('hb.settle', 's1');
+RESET idempo.clock_offset;
 SELECT * FROM idempo.check_consistency();

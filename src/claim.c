@@ -842,8 +842,10 @@ idempo_claim(PG_FUNCTION_ARGS)
 	}
 	else if (a.params != NULL)
 	{
-		/* without the fields the scope ignores (fingerprint_rules.c) */
-		idempo_fingerprint_ignoring_jsonb(a.params, idempo_scope_ignore(a.scope), a.fingerprint);
+		/* only the fields the scope includes, without those it ignores (fingerprint_include.c) */
+		idempo_fingerprint_jsonb(idempo_fingerprint_view(a.params, idempo_scope_include(a.scope),
+														 idempo_scope_ignore(a.scope)),
+								 a.fingerprint);
 		a.has_fingerprint = true;
 	}
 	if (a.scope->require_fingerprint && !a.has_fingerprint)
@@ -894,11 +896,13 @@ idempo_claim(PG_FUNCTION_ARGS)
 			ans.stored_params = (Jsonb *) PG_DETOAST_DATUM_COPY(PointerGetDatum(ans.stored_params));
 		if (ans.record_conflict)
 		{
-			/* the fields the fingerprint ignores are no part of what differs: left out of both */
+			/* the fields the fingerprint does not count are no part of what differs: left out of both */
 			conflict_stored = a.scope->store_params && ans.stored_params ?
-				idempo_ignore_apply(ans.stored_params, idempo_scope_ignore(a.scope)) : NULL;
+				idempo_fingerprint_view(ans.stored_params, idempo_scope_include(a.scope),
+										idempo_scope_ignore(a.scope)) : NULL;
 			conflict_incoming = a.scope->store_params && a.params ?
-				idempo_ignore_apply(a.params, idempo_scope_ignore(a.scope)) : NULL;
+				idempo_fingerprint_view(a.params, idempo_scope_include(a.scope),
+										idempo_scope_ignore(a.scope)) : NULL;
 		}
 		MemoryContextSwitchTo(spicxt);
 	}

@@ -195,6 +195,14 @@ extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, 
 extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
 extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
 
+/* ---- fingerprint_include.c: the only fields that count (same limits as the ignore list) ---- */
+
+typedef struct IdempoInclude IdempoInclude;	/* a compiled list of paths; NULL: every field counts */
+
+extern IdempoInclude *idempo_include_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
+extern Jsonb *idempo_include_apply(Jsonb *jb, const IdempoInclude *include);
+extern Jsonb *idempo_fingerprint_view(Jsonb *jb, const IdempoInclude *include, const IdempoIgnore *ignore);
+
 /* ---- scope_cache.c: the scopes, cached per backend (valid until the caller's SPI session ends) ---- */
 
 typedef struct IdempoScope
@@ -217,6 +225,9 @@ typedef struct IdempoScope
 	ArrayType  *fingerprint_ignore_paths;	/* the column; NULL or empty: every field counts */
 	IdempoIgnore *fingerprint_ignore;	/* compiled from it when first needed */
 	bool		fingerprint_ignore_compiled;
+	ArrayType  *fingerprint_include_paths;	/* the column; NULL or empty: every field counts */
+	IdempoInclude *fingerprint_include;	/* compiled from it when first needed */
+	bool		fingerprint_include_compiled;
 	char	   *allowed_role_name;	/* NULL: anyone with EXECUTE; looked up at each use */
 	char	   *owner;			/* may be NULL */
 	MemoryContext cxt;			/* where the strings, lists and compiled list live */
@@ -229,6 +240,7 @@ extern void idempo_scope_cache_register_callbacks(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
 extern void idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user);
 extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
+extern const IdempoInclude *idempo_scope_include(const IdempoScope *scope);
 
 /* ---- keys.c: argument checks and the stored form of keys ---- */
 

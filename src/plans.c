@@ -66,7 +66,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_SCOPE_GET] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "
-		"allowed_role::pg_catalog.text, owner, enabled, durability, remember, fingerprint_ignore "
+		"allowed_role::pg_catalog.text, owner, enabled, durability, remember, fingerprint_ignore, "
+		"fingerprint_include "
 		"FROM idempo.scopes WHERE name OPERATOR(pg_catalog.=) $1",
 		"t"
 	},

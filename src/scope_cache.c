@@ -159,6 +159,14 @@ scope_load(const char *name, IdempoScope *entry, MemoryContext cxt)
 			entry->fingerprint_ignore_paths = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		d = desc->natts >= 16 ? SPI_getbinval(tuple, desc, 16, &isnull) : (Datum) 0;
+		if (desc->natts >= 16 && !isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			entry->fingerprint_include_paths = DatumGetArrayTypePCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	return true;
 }
@@ -229,6 +237,22 @@ idempo_scope_ignore(const IdempoScope *scope)
 		entry->fingerprint_ignore_compiled = true;
 	}
 	return entry->fingerprint_ignore;
+}
+
+/* The scope's fingerprint_include, compiled (NULL: every field counts); as idempo_scope_ignore(). */
+const IdempoInclude *
+idempo_scope_include(const IdempoScope *scope)
+{
+	IdempoScope *entry = unconstify(IdempoScope *, scope);
+
+	if (!entry->fingerprint_include_compiled)
+	{
+		(void) idempo_include_compile(entry->fingerprint_include_paths, CurrentMemoryContext, entry->name);
+		entry->fingerprint_include = idempo_include_compile(entry->fingerprint_include_paths,
+															entry->cxt, entry->name);
+		entry->fingerprint_include_compiled = true;
+	}
+	return entry->fingerprint_include;
 }
 
 /* Like idempo_scope_find(), but an unknown scope is an error. */

@@ -13,14 +13,14 @@
 
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
-    LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql IMMUTABLE AS $$
     SELECT ((t AT TIME ZONE 'UTC') + iv) AT TIME ZONE 'UTC'
 $$;
 
 -- The session's table of this transaction's attempts, created on first use; refused if a
 -- table of that name is not ours (a caller's own temporary table would let it forge attempts).
 CREATE FUNCTION idempo.managed_txn_table() RETURNS void
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     t regclass := to_regclass('pg_temp.idempo_txn_attempts');
     mine boolean;
@@ -82,7 +82,7 @@ $$;
 -- Notes (kind, scope, key) for this transaction, replacing its earlier note of the same.
 CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p_attempt integer,
                                         p_on_commit boolean, p_lease_until timestamptz, p_replicated boolean)
-    RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     cur xid8 := pg_current_xact_id();
 BEGIN
@@ -101,7 +101,7 @@ $$;
 
 CREATE FUNCTION idempo.managed_txn_remember(p_scope text, p_key text, p_attempt integer, p_on_commit boolean,
                                             p_replicated boolean)
-    RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS void LANGUAGE sql AS $$
     SELECT idempo.managed_txn_note('attempt', p_scope, p_key, p_attempt, p_on_commit, NULL, p_replicated)
 $$;
 
@@ -110,7 +110,7 @@ $$;
 CREATE FUNCTION idempo.managed_txn_lookup(p_scope text, p_key text, p_kind text DEFAULT 'attempt',
                                           OUT attempt integer, OUT on_commit boolean, OUT finished boolean,
                                           OUT lease_until timestamptz)
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     cur xid8 := pg_current_xact_id_if_assigned();   -- none: this transaction wrote nothing yet
 BEGIN
@@ -190,7 +190,7 @@ $$;
 -- The state of a freshly acquired attempt (claim.c: row_acquire); attempt and first_seen_at set by the caller
 CREATE FUNCTION idempo.managed_acquire(o idempo.operations, s idempo.scopes, p_now timestamptz, p_fp bytea,
                                        p_params jsonb, p_run_id text, p_on_commit boolean)
-    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     o.last_attempt_at := p_now;
     o.run_id := p_run_id;
@@ -223,7 +223,7 @@ $$;
 -- A brand-new record (attempt 1), or a stale one (attempt 0, in review): claim.c's row_new
 CREATE FUNCTION idempo.managed_new_row(s idempo.scopes, p_key text, p_now timestamptz, p_fp bytea,
                                        p_params jsonb, p_run_id text, p_on_commit boolean, p_stale boolean)
-    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.operations LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     o idempo.operations;
 BEGIN
@@ -245,7 +245,7 @@ END
 $$;
 
 CREATE FUNCTION idempo.managed_write(o idempo.operations) RETURNS void
-    LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql AS $$
     UPDATE idempo.operations AS x SET fingerprint = o.fingerprint, status = o.status, attempt = o.attempt,
         run_id = o.run_id, first_seen_at = o.first_seen_at, last_attempt_at = o.last_attempt_at,
         lease_expires_at = o.lease_expires_at, completed_at = o.completed_at, expires_at = o.expires_at,
@@ -267,7 +267,7 @@ CREATE FUNCTION idempo.managed_decide(
     p_intent_at timestamptz, p_on_commit boolean, p_mode text,
     OUT outcome idempo.outcome, OUT o idempo.operations, OUT review_id bigint,
     OUT from_status idempo.status, OUT record_conflict boolean)
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 DECLARE
     ro boolean := p_mode = 'read';
     stale boolean := p_intent_at IS NOT NULL AND idempo.managed_plus(p_intent_at, s.retention) < p_now;
@@ -603,6 +603,130 @@ BEGIN
 END
 $$;
 
+-- A lease given to one call -- claim(..., lease), heartbeat(..., extend) -- checked as the scope's
+-- own (src/clock.c: idempo_lease_check): positive, shorter than the scope's retention, no part
+-- that runs backwards; the C code's messages
+CREATE FUNCTION idempo.managed_lease_check(iv interval, s idempo.scopes, k text, p_name text, p_call text)
+    RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF iv <= '0'::interval THEN
+        RAISE EXCEPTION '% of the % of key "%" in scope "%" must be positive, not %', p_name, p_call, k, s.name, iv
+            USING ERRCODE = '22023',
+                  HINT = format('Pass how long this attempt may run before its outcome counts as unknown, or leave %s out for the scope''s (%s).', p_name, s.lease);
+    END IF;
+    IF iv >= s.retention THEN
+        RAISE EXCEPTION '% % of the % of key "%" in scope "%" is not shorter than the scope''s retention (%)',
+            p_name, iv, p_call, k, s.name, s.retention
+            USING ERRCODE = '22023',
+                  HINT = 'Unfinished work goes to review when the retention runs out: a lease that outlives it would never be used.';
+    END IF;
+    IF extract(year FROM iv) * 12 + extract(month FROM iv) < 0 OR extract(day FROM iv) < 0
+       OR extract(epoch FROM iv - make_interval(months => (extract(year FROM iv) * 12 + extract(month FROM iv))::int,
+                                                days => extract(day FROM iv)::int)) < 0 THEN
+        RAISE EXCEPTION '% of the % of key "%" in scope "%" has a part that runs backwards: %', p_name, p_call, k, s.name, iv
+            USING ERRCODE = '22023',
+                  HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
+    END IF;
+END
+$$;
+
+-- A running attempt extends its lease (src/heartbeat.c): fenced by attempt, only while it is
+-- in_progress with its lease live at this call's now (read once the row is locked) and its
+-- retention not over; never shortens; the lease it holds afterwards
+CREATE FUNCTION idempo.managed_heartbeat(p_scope text, p_key text, p_attempt integer, p_extend interval)
+    RETURNS timestamptz LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+    k text;
+    mine record;
+    o idempo.operations;
+    a integer;
+    ext interval;
+    t timestamptz;
+    review_at timestamptz;
+    until timestamptz;
+    why text;
+    hint text;
+BEGIN
+    LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;   -- before the scope is read (scope_cache.c)
+    s := idempo.managed_scope(p_scope, p_key, true);
+    k := idempo.managed_key(s, p_key);
+    PERFORM idempo.managed_scope_current(s);
+    ext := s.lease;
+    IF p_extend IS NOT NULL THEN
+        PERFORM idempo.managed_lease_check(p_extend, s, k, 'extend', 'heartbeat');
+        ext := p_extend;
+    END IF;
+    IF p_attempt IS NULL THEN
+        SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k, 'attempt');
+        IF mine.attempt IS NULL THEN
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": there is no such operation', k, s.name
+                    USING ERRCODE = '42704', HINT = 'Claim the key first with idempo.claim(); a finished record may also have expired.';
+            END IF;
+            RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": this transaction acquired no attempt of it', k, s.name
+                USING ERRCODE = '55000', DETAIL = format('The operation is %s, at attempt %s.', o.status, o.attempt),
+                      HINT = 'Pass attempt => the attempt number idempo.claim() returned to the caller that does the work.';
+        END IF;
+        a := mine.attempt;
+    ELSE
+        a := p_attempt;
+    END IF;
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%" in a read-only transaction', k, s.name
+            USING ERRCODE = '25006', HINT = 'Extend the lease in a read-write transaction on the primary.';
+    END IF;
+    SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": there is no such operation', k, s.name
+            USING ERRCODE = '42704', HINT = 'Claim the key first with idempo.claim(); a finished record may also have expired.';
+    END IF;
+    -- the clock is read once the row is ours: a lock wait must not make an expired lease look live
+    t := idempo.now();
+    IF a < o.attempt THEN
+        RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": attempt % was superseded by attempt %', k, s.name, a, o.attempt
+            USING ERRCODE = '55000', HINT = 'A newer attempt owns the operation; a late attempt must not overwrite it.';
+    ELSIF a <> o.attempt THEN
+        RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": there is no attempt %, the current one is %', k, s.name, a, o.attempt
+            USING ERRCODE = '22023', HINT = 'Pass the attempt number idempo.claim() returned.';
+    END IF;
+    review_at := idempo.managed_plus(o.first_seen_at, s.retention);
+    IF o.status <> 'in_progress' THEN
+        why := CASE o.status WHEN 'succeeded' THEN 'it has already succeeded' WHEN 'failed' THEN 'it has already failed'
+                             WHEN 'retryable' THEN 'it is retryable' WHEN 'unknown' THEN 'its outcome is unknown'
+                             ELSE 'it is in review' END;
+        hint := CASE WHEN o.status IN ('succeeded', 'failed')
+                     THEN 'The attempt has finished (one claimed with complete_on_commit never had a lease): there is nothing to keep alive.'
+                     WHEN o.status = 'unknown'
+                     THEN 'Its lease ran out before this heartbeat: stop the work, and report what it did with complete() or fail() of this attempt, or let verify() find out.'
+                     ELSE 'Stop the work: the operation is no longer running under this attempt.' END;
+    ELSIF review_at <= t THEN
+        why := format('its retention ran out at %s, so it goes to review', to_char(review_at, 'YYYY-MM-DD HH24:MI:SS.USOF'));
+        hint := 'A person decides on it now (idempo.resolve()); stop the work.';
+    ELSIF o.lease_expires_at <= t THEN
+        -- the lease ran out: a claim may already have taken the operation over
+        why := format('its lease ran out at %s', to_char(o.lease_expires_at, 'YYYY-MM-DD HH24:MI:SS.USOF'));
+        hint := CASE WHEN s.on_lease_expiry = 'retry'
+                     THEN 'Another claim may acquire the next attempt from that instant on: stop the work, and report what it did with complete() or fail() of this attempt.'
+                     ELSE 'From that instant its outcome counts as unknown: stop the work, and report what it did with complete() or fail() of this attempt.' END;
+    END IF;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot heartbeat key "%" in scope "%": %', k, s.name, why
+            USING ERRCODE = '55000', DETAIL = format('Attempt %s holds no running lease to extend.', a), HINT = hint;
+    END IF;
+    until := idempo.managed_plus(t, ext);
+    -- never shortens: a late or repeated heartbeat cannot cut a lease short
+    IF until > o.lease_expires_at THEN
+        UPDATE idempo.operations AS x SET lease_expires_at = until, sweep_at = LEAST(until, review_at),
+               last_attempt_at = GREATEST(o.last_attempt_at, t)   -- verify's settle window counts from here
+         WHERE x.scope = s.name AND x.key = k;
+        RETURN until;
+    END IF;
+    RETURN o.lease_expires_at;
+END
+$$;
+
 -- managed-differs: security: writes idempo's tables, which callers have no privilege on (the C function switches to the owner inside)
 CREATE FUNCTION idempo.claim(
     scope              text,
@@ -636,6 +760,7 @@ DECLARE
     from_status idempo.status;
     record_conflict boolean := false;
     conflict_id bigint;
+    include_steps jsonb;
 BEGIN
     -- the lock on idempo.operations that the write takes anyway, before the scope is read (claim.c)
     IF NOT ro THEN
@@ -660,25 +785,7 @@ BEGIN
     -- claim(..., lease): the lease this claim takes instead of the scope's (claim.c: lease_arg);
     -- s is this call's copy of the scope, so every lease written below is this one
     IF claim.lease IS NOT NULL THEN
-        IF claim.lease <= '0'::interval THEN
-            RAISE EXCEPTION 'lease of the claim of key "%" in scope "%" must be positive, not %', k, s.name, claim.lease
-                USING ERRCODE = '22023',
-                      HINT = format('Pass how long this attempt may run before its outcome counts as unknown, or leave lease out for the scope''s (%s).', s.lease);
-        END IF;
-        IF claim.lease >= s.retention THEN
-            RAISE EXCEPTION 'lease % of the claim of key "%" in scope "%" is not shorter than the scope''s retention (%)',
-                claim.lease, k, s.name, s.retention
-                USING ERRCODE = '22023',
-                      HINT = 'Unfinished work goes to review when the retention runs out: a lease that outlives it would never be used.';
-        END IF;
-        IF extract(year FROM claim.lease) * 12 + extract(month FROM claim.lease) < 0 OR extract(day FROM claim.lease) < 0
-           OR extract(epoch FROM claim.lease - make_interval(months => (extract(year FROM claim.lease) * 12
-                                                                        + extract(month FROM claim.lease))::int,
-                                                             days => extract(day FROM claim.lease)::int)) < 0 THEN
-            RAISE EXCEPTION 'lease of the claim of key "%" in scope "%" has a part that runs backwards: %', k, s.name, claim.lease
-                USING ERRCODE = '22023',
-                      HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
-        END IF;
+        PERFORM idempo.managed_lease_check(claim.lease, s, k, 'lease', 'claim');
         s.lease := claim.lease;
     END IF;
     IF claim.fingerprint IS NOT NULL AND (params IS NOT NULL OR octet_length(claim.fingerprint) <> 32) THEN
@@ -703,7 +810,9 @@ BEGIN
         IF cardinality(s.fingerprint_ignore) > 0 THEN
             PERFORM idempo.managed_check_ignore(s);
         END IF;
-        fp := idempo.fingerprint(params, s.fingerprint_ignore);
+        -- only the fields the scope includes, then without those it ignores (fingerprint_include.c)
+        include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
+        fp := idempo.fingerprint(idempo.managed_only(params, include_steps), s.fingerprint_ignore);
     END IF;
     IF s.require_fingerprint AND fp IS NULL THEN
         RAISE EXCEPTION 'scope "%" requires a fingerprint, and the claim of key "%" has none', s.name, k
@@ -768,8 +877,10 @@ BEGIN
     -- recorded in another session where it can be (managed_conflict)
     IF record_conflict THEN
         conflict_id := idempo.managed_conflict(s.name, k, o.fingerprint, fp,
-            CASE WHEN s.store_params THEN idempo.managed_without(o.params, s.fingerprint_ignore) END,
-            CASE WHEN s.store_params THEN idempo.managed_without(params, s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(o.params,
+                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(params,
+                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
             claim.run_id, t);
     END IF;
 
@@ -798,7 +909,7 @@ $$;
 CREATE FUNCTION idempo.managed_finish(p_scope text, p_key text, p_attempt integer, p_to idempo.status,
                                       p_result jsonb, p_target_ref text, p_error text, p_verb text,
                                       p_retryable_null boolean)
-    RETURNS idempo.status LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    RETURNS idempo.status LANGUAGE plpgsql AS $$
 DECLARE
     s idempo.scopes;
     k text;
@@ -923,5 +1034,18 @@ BEGIN
     RETURN idempo.managed_finish(fail.scope, fail.key, fail.attempt,
                                  CASE WHEN fail.retryable IS NULL OR fail.retryable THEN 'retryable' ELSE 'failed' END::idempo.status,
                                  NULL, NULL, fail.error, 'fail', fail.retryable IS NULL);
+END
+$$;
+
+-- managed-differs: security: writes idempo.operations, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.heartbeat(
+    scope   text,
+    key     text,
+    attempt integer,
+    extend  interval DEFAULT NULL)
+    RETURNS timestamptz
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN idempo.managed_heartbeat(heartbeat.scope, heartbeat.key, heartbeat.attempt, heartbeat.extend);
 END
 $$;

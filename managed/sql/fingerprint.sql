@@ -135,3 +135,169 @@ BEGIN
     RETURN idempo.fingerprint(params);
 END
 $$;
+
+-- fingerprint_include (src/fingerprint_include.c): a list of paths parsed into steps, as a jsonb
+-- array of step arrays (an object key as a string, [*] as null), with the C code's checks and
+-- messages (byte positions counted in bytes, as the C code counts them); NULL for no list.
+-- p_scope names the scope in the messages (NULL: idempo.fingerprint(params, ignore, include)).
+CREATE FUNCTION idempo.managed_include_steps(paths text[], p_scope text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grammar constant text := 'A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. ''order'', ''customer.id'', ''items[*].sku''; a backslash takes the next character literally (''a\.b'' is the key "a.b").';
+    what text := CASE WHEN p_scope IS NULL THEN 'fingerprint include path %s %s'
+                      ELSE format('fingerprint_include of scope "%s": path %%s %%s', replace(p_scope, '%', '%%')) END;
+    out jsonb := '[]';
+    steps jsonb;
+    p text;
+    c text[];
+    n int;
+    i int;
+    b int;
+    k text;
+    idx int := 0;
+BEGIN
+    IF paths IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF array_ndims(paths) > 1 THEN
+        RAISE EXCEPTION '%', CASE WHEN p_scope IS NULL THEN 'fingerprint include paths must be a one-dimensional array'
+                                  ELSE format('fingerprint_include of scope "%s" must be a one-dimensional array', p_scope) END
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''order'', ''items[*].sku''].';
+    END IF;
+    IF coalesce(cardinality(paths), 0) = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF cardinality(paths) > 256 THEN
+        RAISE EXCEPTION '%', CASE WHEN p_scope IS NULL THEN format('%s fingerprint include paths given, the limit is 256', cardinality(paths))
+                                  ELSE format('fingerprint_include of scope "%s" has %s paths, the limit is 256', p_scope, cardinality(paths)) END
+            USING ERRCODE = '22023', HINT = 'Name the fields that identify the request; a path that ends on an object counts all of it.';
+    END IF;
+    FOREACH p IN ARRAY paths LOOP
+        idx := idx + 1;
+        IF p IS NULL THEN
+            RAISE EXCEPTION '%', format(what, idx, 'is NULL') USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF p = '' THEN
+            RAISE EXCEPTION '%', format(what, idx, 'is empty') USING ERRCODE = '22023', HINT = grammar;
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION '%', format(what, idx, format('is %s bytes long, the limit is 1024', octet_length(p)))
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        END IF;
+        c := regexp_split_to_array(p, '');
+        n := cardinality(c);
+        i := 1;
+        b := 0;         -- bytes before c[i]
+        steps := '[]';
+        LOOP
+            k := '';
+            WHILE i <= n AND c[i] NOT IN ('.', '[') LOOP
+                IF c[i] = '\' THEN
+                    i := i + 1;
+                    b := b + 1;
+                    IF i > n THEN
+                        RAISE EXCEPTION '%', format(what, idx, format('("%s") ends in a lone backslash', p))
+                            USING ERRCODE = '22023', HINT = grammar;
+                    END IF;
+                END IF;
+                k := k || c[i];
+                b := b + octet_length(c[i]);
+                i := i + 1;
+            END LOOP;
+            IF k = '' THEN
+                RAISE EXCEPTION '%', format(what, idx, format('("%s") has an empty key at byte %s', p, b + 1))
+                    USING ERRCODE = '22023', HINT = grammar;
+            END IF;
+            steps := steps || jsonb_build_array(k);
+            WHILE i <= n AND c[i] = '[' LOOP
+                IF i + 2 > n OR c[i + 1] <> '*' OR c[i + 2] <> ']' THEN
+                    RAISE EXCEPTION '%', format(what, idx, format('("%s") has ''['' at byte %s that does not start [*]', p, b + 1))
+                        USING ERRCODE = '22023', HINT = grammar;
+                END IF;
+                steps := steps || '[null]'::jsonb;
+                i := i + 3;
+                b := b + 3;
+            END LOOP;
+            EXIT WHEN i > n;
+            IF c[i] <> '.' THEN
+                RAISE EXCEPTION '%', format(what, idx, format('("%s") has no dot after [*] at byte %s', p, b + 1))
+                    USING ERRCODE = '22023', HINT = grammar;
+            END IF;
+            i := i + 1;
+            b := b + 1;
+            IF i > n THEN
+                RAISE EXCEPTION '%', format(what, idx, format('("%s") ends in a dot', p))
+                    USING ERRCODE = '22023', HINT = grammar;
+            END IF;
+        END LOOP;
+        out := out || jsonb_build_array(steps);
+    END LOOP;
+    RETURN out;
+END
+$$;
+
+-- The projection of v onto the remaining steps of the paths that reach it (rests: a jsonb array
+-- of step arrays); NULL: nothing found.  The rules of src/fingerprint_include.c: a path that ends
+-- here keeps v whole; an object keeps the members where something is found (none: nothing); an
+-- array under [*] keeps every element, {} where nothing is found; anything else finds nothing.
+-- Recursive: a path's depth is bounded by its 1024 bytes.
+CREATE FUNCTION idempo.managed_project(v jsonb, rests jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    out jsonb;
+    sub jsonb;
+    k text;
+    p jsonb;
+BEGIN
+    IF EXISTS (SELECT FROM jsonb_array_elements(rests) AS r WHERE r = '[]'::jsonb) THEN
+        RETURN v;
+    END IF;
+    IF jsonb_typeof(v) = 'object' THEN
+        out := '{}';
+        FOR k, sub IN SELECT r ->> 0, jsonb_agg(r - 0) FROM jsonb_array_elements(rests) AS r
+                      WHERE jsonb_typeof(r -> 0) = 'string' GROUP BY 1 LOOP
+            IF v ? k THEN
+                p := idempo.managed_project(v -> k, sub);
+                IF p IS NOT NULL THEN
+                    out := out || jsonb_build_object(k, p);
+                END IF;
+            END IF;
+        END LOOP;
+        RETURN CASE WHEN out = '{}'::jsonb THEN NULL ELSE out END;
+    ELSIF jsonb_typeof(v) = 'array' THEN
+        sub := (SELECT jsonb_agg(r - 0) FROM jsonb_array_elements(rests) AS r WHERE jsonb_typeof(r -> 0) = 'null');
+        IF sub IS NULL THEN
+            RETURN NULL;
+        END IF;
+        RETURN coalesce((SELECT jsonb_agg(coalesce(idempo.managed_project(e.value, sub), '{}'::jsonb) ORDER BY e.i)
+                         FROM jsonb_array_elements(v) WITH ORDINALITY AS e(value, i)), '[]'::jsonb);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The document as fingerprint_include leaves it (steps: managed_include_steps()): itself without
+-- a rule or when its top is not an object, {} where nothing is found
+CREATE FUNCTION idempo.managed_only(params jsonb, steps jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF params IS NULL OR steps IS NULL OR jsonb_typeof(params) <> 'object' THEN
+        RETURN params;
+    END IF;
+    RETURN coalesce(idempo.managed_project(params, steps), '{}'::jsonb);
+END
+$$;
+
+-- The fingerprint of params projected onto include, without ignore (the ignore list checked
+-- first, as the C code compiles it first).
+-- managed-differs: security: calls the edition's helpers, on which PUBLIC has no EXECUTE right (the C function needs none)
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[], include text[]) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF params IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF ignore IS NOT NULL THEN
+        PERFORM idempo.fingerprint('{}'::jsonb, ignore);
+    END IF;
+    RETURN idempo.fingerprint(idempo.managed_only(params, idempo.managed_include_steps(include, NULL)), ignore);
+END
+$$;

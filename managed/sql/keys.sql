@@ -5,9 +5,15 @@
 -- set with SET ROLE (the "role" setting, which only a member can set), else the session user.
 -- It differs from the C edition's (the current user) only for a call made from inside another
 -- SECURITY DEFINER function (docs/managed-edition.md).
+--
+-- The helpers (idempo.managed_*, here and in claim.sql) carry no SET search_path: only idempo's
+-- owner may execute them (the install revokes every function of the schema from PUBLIC), and
+-- they run inside idempo's own functions, which pin search_path.  A SET clause would save and
+-- restore the setting at every call and keep PostgreSQL from inlining the SQL ones (managed_key,
+-- managed_plus, managed_caller): together about an eighth of a claim (test/bench/managed).
 
 CREATE FUNCTION idempo.managed_caller() RETURNS name
-    LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
                 ELSE current_setting('role')::name END
 $$;
@@ -15,7 +21,7 @@ $$;
 -- The scope, by the C edition's argument checks and messages; p_write: a call that uses it
 -- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup).
 CREATE FUNCTION idempo.managed_scope(p_scope text, p_key text, p_write boolean) RETURNS idempo.scopes
-    LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql STABLE AS $$
 DECLARE
     s idempo.scopes;
 BEGIN
@@ -83,7 +89,7 @@ $$;
 -- written under rules that no longer hold (a key stored in clear in a scope that now hashes
 -- keys would never be found again).  READ COMMITTED reads the latest already.
 CREATE FUNCTION idempo.managed_scope_current(s idempo.scopes) RETURNS void
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
        AND NOT current_setting('transaction_read_only')::boolean THEN
@@ -94,7 +100,7 @@ $$;
 
 -- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
 CREATE FUNCTION idempo.managed_key(s idempo.scopes, p_key text) RETURNS text
-    LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
 $$;
 

@@ -223,6 +223,10 @@ COMMENT ON COLUMN idempo.scopes.remember IS
     'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
 COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
     'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
+-- The only fields that count (scope option fingerprint_include, docs/fingerprint-rules.md).
+ALTER TABLE idempo.scopes ADD COLUMN fingerprint_include text[] NOT NULL DEFAULT '{}';
+COMMENT ON COLUMN idempo.scopes.fingerprint_include IS
+    'Paths of the only fields that count in the fingerprint (items[*].sku enters arrays); empty: every field; fixed while the scope has operations.';
 
 CREATE OR REPLACE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -339,6 +343,37 @@ BEGIN
                 USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
         END IF;
     END LOOP;
+    -- fingerprint_include: the grammar of src/fingerprint_include.c (keys separated by dots,
+    -- [*] after a key for every element of an array, a backslash takes the next character)
+    IF s.fingerprint_include IS NULL THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" must not be NULL', s.name
+            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
+    END IF;
+    IF array_ndims(s.fingerprint_include) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''order'', ''items[*].sku''].';
+    END IF;
+    IF cardinality(s.fingerprint_include) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" has % paths, the limit is 256', s.name,
+            cardinality(s.fingerprint_include)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the fields that identify the request; a path that ends on an object counts all of it.';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_include), 0) LOOP
+        p := s.fingerprint_include[array_lower(s.fingerprint_include, 1) + i - 1];
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is % bytes long, the limit is 1024',
+                s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF p !~ '^(?:[^.[\\]|\\.)+(?:\[\*\])*(?:\.(?:[^.[\\]|\\.)+(?:\[\*\])*)*$' THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % ("%") is not a path', s.name, i, p
+                USING ERRCODE = '22023',
+                      HINT = 'A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. ''order'', ''customer.id'', ''items[*].sku''; a backslash takes the next character literally (''a\.b'' is the key "a.b").';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -365,6 +400,37 @@ BEGIN
 END
 $$;
 
+-- The update drops claim(), create_scope() and alter_scope() and creates them again with more
+-- parameters.  A user's view or BEGIN ATOMIC function that uses one would stop it with
+-- PostgreSQL's "use DROP ... CASCADE" (which would drop the user's objects): name them and say
+-- what to do instead, before anything is changed.  Plain SQL and PL/pgSQL functions record no
+-- dependency and keep working.
+DO $$
+DECLARE
+    deps text;
+BEGIN
+    SELECT pg_catalog.string_agg(t.what, '; ' ORDER BY t.what) INTO deps
+    FROM (SELECT DISTINCT
+                 CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                      THEN (SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 0)
+                            FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+                      ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END
+                 OPERATOR(pg_catalog.||) ' uses idempo.' OPERATOR(pg_catalog.||) p.proname OPERATOR(pg_catalog.||) '()' AS what
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.refobjid
+          WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+            AND p.pronamespace OPERATOR(pg_catalog.=) 'idempo'::pg_catalog.regnamespace
+            AND p.proname IN ('claim', 'create_scope', 'alter_scope')
+            AND d.deptype OPERATOR(pg_catalog.=) 'n') AS t;
+    IF deps IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update idempo to 0.3.0: %', deps
+            USING ERRCODE = '2BP01',
+                  DETAIL = 'The update replaces idempo.claim(), idempo.create_scope() and idempo.alter_scope() with forms that take more parameters; nothing was changed.',
+                  HINT = 'Drop these objects (keep their definitions: pg_get_viewdef(), pg_get_functiondef()), update, then create them again; the same calls work with the new functions.';
+    END IF;
+END
+$$;
+
 DROP FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text);
 CREATE FUNCTION idempo.create_scope(
     name                text,
@@ -383,7 +449,8 @@ CREATE FUNCTION idempo.create_scope(
     description         text     DEFAULT NULL,
     durability          text     DEFAULT 'local',
     remember            interval DEFAULT '0',
-    fingerprint_ignore  text[]   DEFAULT '{}')
+    fingerprint_ignore  text[]   DEFAULT '{}',
+    fingerprint_include text[]   DEFAULT '{}')
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -406,6 +473,7 @@ BEGIN
     s.durability := create_scope.durability;
     s.remember := create_scope.remember;
     s.fingerprint_ignore := create_scope.fingerprint_ignore;
+    s.fingerprint_include := create_scope.fingerprint_include;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -438,7 +506,8 @@ CREATE FUNCTION idempo.alter_scope(
     description         text     DEFAULT NULL,
     durability          text     DEFAULT NULL,
     remember            interval DEFAULT NULL,
-    fingerprint_ignore  text[]   DEFAULT NULL)
+    fingerprint_ignore  text[]   DEFAULT NULL,
+    fingerprint_include text[]   DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -448,6 +517,7 @@ DECLARE
     locked boolean := false;
     changes_hash boolean;
     changes_ignore boolean;
+    changes_include boolean;
     changes_timing boolean;
     what text;
 BEGIN
@@ -479,11 +549,17 @@ BEGIN
     changes_ignore := alter_scope.fingerprint_ignore IS NOT NULL
         AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
             IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1);
+    changes_include := alter_scope.fingerprint_include IS NOT NULL
+        AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_include) AS x ORDER BY 1)
+            IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_include) AS x ORDER BY 1);
+    -- fingerprint_include is fixed with operations for the reason fingerprint_ignore is
+    changes_ignore := changes_ignore OR changes_include;
     -- as written, not as interval equality ('1 month' = '30 days'): any other way to count it
     changes_timing := (alter_scope.retention IS NOT NULL AND alter_scope.retention::text <> s.retention::text)
         OR (alter_scope.remember IS NOT NULL AND alter_scope.remember::text <> s.remember::text);
     what := array_to_string(ARRAY[CASE WHEN changes_hash THEN 'hash_keys' END,
-                                  CASE WHEN changes_ignore THEN 'fingerprint_ignore' END,
+                                  CASE WHEN changes_ignore AND NOT changes_include THEN 'fingerprint_ignore' END,
+                                  CASE WHEN changes_include THEN 'fingerprint_include' END,
                                   CASE WHEN alter_scope.retention::text <> s.retention::text THEN 'retention' END,
                                   CASE WHEN alter_scope.remember::text <> s.remember::text THEN 'remember' END], ', ');
     -- where idempo's records come from a publisher, rescheduling them is the publisher's to do
@@ -498,7 +574,8 @@ BEGIN
                       HINT = 'Stored keys would no longer match; create a new scope instead.';
         END IF;
         IF changes_ignore AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
-            RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+            RAISE EXCEPTION 'cannot change % of scope "%": it has operations',
+                CASE WHEN changes_include THEN 'fingerprint_include' ELSE 'fingerprint_ignore' END, s.name
                 USING ERRCODE = '55000',
                       HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
         END IF;
@@ -530,6 +607,7 @@ BEGIN
     old_remember := s.remember;
     s.remember := coalesce(alter_scope.remember, s.remember);
     s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
+    s.fingerprint_include := coalesce(alter_scope.fingerprint_include, s.fingerprint_include);
     s.retention := coalesce(alter_scope.retention, s.retention);
     s.lease := coalesce(alter_scope.lease, s.lease);
     s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
@@ -563,7 +641,7 @@ BEGIN
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
         durability = s.durability, updated_at = s.updated_at, remember = s.remember,
-        fingerprint_ignore = s.fingerprint_ignore
+        fingerprint_ignore = s.fingerprint_ignore, fingerprint_include = s.fingerprint_include
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention added as the C code adds it (src/clock.c: on the calendar of UTC, whatever
@@ -590,8 +668,8 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.create_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.alter_scope(text, interval, interval, text, interval, integer, boolean, boolean, boolean, boolean, name, text, text, text, text, interval, text[], text[]) FROM PUBLIC;
 
 ------------------------------------------------------------------------------------------------
 -- Fingerprint rules: idempo.fingerprint(params, ignore)
@@ -788,3 +866,14 @@ CREATE FUNCTION idempo.heartbeat(
     AS 'MODULE_PATHNAME', 'idempo_heartbeat'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION idempo.heartbeat(text, text, integer, interval) FROM PUBLIC;
+
+-- The fingerprint of params projected onto the fields named by include (paths that may enter
+-- arrays: items[*].sku), without those named by ignore: what a claim computes in a scope with
+-- fingerprint_include and fingerprint_ignore.  NULL lists: no such rule.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[], include text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_rules'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[], text[]) IS
+    'SHA-256 of the canonical encoding of params with only the fields named by include, without those named by ignore (scope options fingerprint_include, fingerprint_ignore).';
+REVOKE ALL ON FUNCTION idempo.fingerprint(jsonb, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[], text[]) TO PUBLIC;

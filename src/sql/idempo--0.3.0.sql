@@ -58,6 +58,7 @@ CREATE TABLE idempo.scopes (
         CONSTRAINT scopes_durability_check CHECK (durability IN ('local', 'replicated')),
     remember            interval    NOT NULL DEFAULT '0',
     fingerprint_ignore  text[]      NOT NULL DEFAULT '{}',
+    fingerprint_include text[]      NOT NULL DEFAULT '{}',
     CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
         AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128),
     CONSTRAINT scopes_on_lease_expiry_check CHECK (on_lease_expiry IN ('unknown', 'retry')),
@@ -74,6 +75,8 @@ COMMENT ON COLUMN idempo.scopes.remember IS
     'How long a finished record is remembered (key, fingerprint, status, target_ref) after its result expires; 0: purged at expires_at.';
 COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
     'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
+COMMENT ON COLUMN idempo.scopes.fingerprint_include IS
+    'Paths of the only fields that count in the fingerprint (items[*].sku enters arrays); empty: every field; fixed while the scope has operations.';
 
 -- sweep_at is the earliest time at which the sweep has something to do with the row (NULL: never,
 -- i.e. in_review).  It may be early, never late: the sweep re-reads the row and, if nothing is due
@@ -203,6 +206,14 @@ CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[]) RETURNS bytea
     LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[]) IS
     'SHA-256 of the canonical encoding of params without the fields named by ignore (scope option fingerprint_ignore).';
+-- The fingerprint of params projected onto the fields named by include (paths that may enter
+-- arrays: items[*].sku), without those named by ignore: what a claim computes in a scope with
+-- fingerprint_include and fingerprint_ignore.  NULL lists: no such rule.
+CREATE FUNCTION idempo.fingerprint(params jsonb, ignore text[], include text[]) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'idempo_fingerprint_rules'
+    LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempo.fingerprint(jsonb, text[], text[]) IS
+    'SHA-256 of the canonical encoding of params with only the fields named by include, without those named by ignore (scope options fingerprint_include, fingerprint_ignore).';
 
 CREATE FUNCTION idempo.claim(
     scope              text,
@@ -468,6 +479,37 @@ BEGIN
                 USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
         END IF;
     END LOOP;
+    -- fingerprint_include: the grammar of src/fingerprint_include.c (keys separated by dots,
+    -- [*] after a key for every element of an array, a backslash takes the next character)
+    IF s.fingerprint_include IS NULL THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" must not be NULL', s.name
+            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
+    END IF;
+    IF array_ndims(s.fingerprint_include) > 1 THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" must be a one-dimensional array', s.name
+            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''order'', ''items[*].sku''].';
+    END IF;
+    IF cardinality(s.fingerprint_include) > 256 THEN
+        RAISE EXCEPTION 'fingerprint_include of scope "%" has % paths, the limit is 256', s.name,
+            cardinality(s.fingerprint_include)
+            USING ERRCODE = '22023',
+                  HINT = 'Name the fields that identify the request; a path that ends on an object counts all of it.';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_include), 0) LOOP
+        p := s.fingerprint_include[array_lower(s.fingerprint_include, 1) + i - 1];
+        IF p IS NULL THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is NULL', s.name, i
+                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+        ELSIF octet_length(p) > 1024 THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is % bytes long, the limit is 1024',
+                s.name, i, octet_length(p)
+                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+        ELSIF p !~ '^(?:[^.[\\]|\\.)+(?:\[\*\])*(?:\.(?:[^.[\\]|\\.)+(?:\[\*\])*)*$' THEN
+            RAISE EXCEPTION 'fingerprint_include of scope "%": path % ("%") is not a path', s.name, i, p
+                USING ERRCODE = '22023',
+                      HINT = 'A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. ''order'', ''customer.id'', ''items[*].sku''; a backslash takes the next character literally (''a\.b'' is the key "a.b").';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -488,7 +530,8 @@ CREATE FUNCTION idempo.create_scope(
     description         text     DEFAULT NULL,
     durability          text     DEFAULT 'local',
     remember            interval DEFAULT '0',
-    fingerprint_ignore  text[]   DEFAULT '{}')
+    fingerprint_ignore  text[]   DEFAULT '{}',
+    fingerprint_include text[]   DEFAULT '{}')
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -511,6 +554,7 @@ BEGIN
     s.durability := create_scope.durability;
     s.remember := create_scope.remember;
     s.fingerprint_ignore := create_scope.fingerprint_ignore;
+    s.fingerprint_include := create_scope.fingerprint_include;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -546,7 +590,8 @@ CREATE FUNCTION idempo.alter_scope(
     description         text     DEFAULT NULL,
     durability          text     DEFAULT NULL,
     remember            interval DEFAULT NULL,
-    fingerprint_ignore  text[]   DEFAULT NULL)
+    fingerprint_ignore  text[]   DEFAULT NULL,
+    fingerprint_include text[]   DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -556,6 +601,7 @@ DECLARE
     locked boolean := false;
     changes_hash boolean;
     changes_ignore boolean;
+    changes_include boolean;
     changes_timing boolean;
     what text;
 BEGIN
@@ -587,11 +633,17 @@ BEGIN
     changes_ignore := alter_scope.fingerprint_ignore IS NOT NULL
         AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
             IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1);
+    changes_include := alter_scope.fingerprint_include IS NOT NULL
+        AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_include) AS x ORDER BY 1)
+            IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_include) AS x ORDER BY 1);
+    -- fingerprint_include is fixed with operations for the reason fingerprint_ignore is
+    changes_ignore := changes_ignore OR changes_include;
     -- as written, not as interval equality ('1 month' = '30 days'): any other way to count it
     changes_timing := (alter_scope.retention IS NOT NULL AND alter_scope.retention::text <> s.retention::text)
         OR (alter_scope.remember IS NOT NULL AND alter_scope.remember::text <> s.remember::text);
     what := array_to_string(ARRAY[CASE WHEN changes_hash THEN 'hash_keys' END,
-                                  CASE WHEN changes_ignore THEN 'fingerprint_ignore' END,
+                                  CASE WHEN changes_ignore AND NOT changes_include THEN 'fingerprint_ignore' END,
+                                  CASE WHEN changes_include THEN 'fingerprint_include' END,
                                   CASE WHEN alter_scope.retention::text <> s.retention::text THEN 'retention' END,
                                   CASE WHEN alter_scope.remember::text <> s.remember::text THEN 'remember' END], ', ');
     -- where idempo's records come from a publisher, rescheduling them is the publisher's to do
@@ -606,7 +658,8 @@ BEGIN
                       HINT = 'Stored keys would no longer match; create a new scope instead.';
         END IF;
         IF changes_ignore AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
-            RAISE EXCEPTION 'cannot change fingerprint_ignore of scope "%": it has operations', s.name
+            RAISE EXCEPTION 'cannot change % of scope "%": it has operations',
+                CASE WHEN changes_include THEN 'fingerprint_include' ELSE 'fingerprint_ignore' END, s.name
                 USING ERRCODE = '55000',
                       HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
         END IF;
@@ -638,6 +691,7 @@ BEGIN
     old_remember := s.remember;
     s.remember := coalesce(alter_scope.remember, s.remember);
     s.fingerprint_ignore := coalesce(alter_scope.fingerprint_ignore, s.fingerprint_ignore);
+    s.fingerprint_include := coalesce(alter_scope.fingerprint_include, s.fingerprint_include);
     s.retention := coalesce(alter_scope.retention, s.retention);
     s.lease := coalesce(alter_scope.lease, s.lease);
     s.on_lease_expiry := coalesce(alter_scope.on_lease_expiry, s.on_lease_expiry);
@@ -671,7 +725,7 @@ BEGIN
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
         durability = s.durability, updated_at = s.updated_at, remember = s.remember,
-        fingerprint_ignore = s.fingerprint_ignore
+        fingerprint_ignore = s.fingerprint_ignore, fingerprint_include = s.fingerprint_include
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention added as the C code adds it (src/clock.c: on the calendar of UTC, whatever
@@ -982,6 +1036,7 @@ ALTER EVENT TRIGGER idempo_drop_guard ENABLE ALWAYS;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idempo FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[], text[]) TO PUBLIC;
 -- used by the views; harmless
 GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
 -- the client libraries check it before anything else, whatever the role may do

@@ -44,6 +44,8 @@ SELECT create_distributed_function('idempo.complete(text,text,integer,jsonb,text
                                    'key', colocate_with => 'idempo.operations', force_delegation => true);
 SELECT create_distributed_function('idempo.fail(text,text,integer,text,boolean)',
                                    'key', colocate_with => 'idempo.operations', force_delegation => true);
+SELECT create_distributed_function('idempo.heartbeat(text,text,integer,interval)',
+                                   'key', colocate_with => 'idempo.operations', force_delegation => true);
 SELECT create_distributed_function('idempo.verify(text,text,integer,boolean,text,jsonb)',
                                    'key', colocate_with => 'idempo.operations', force_delegation => true);
 SELECT create_distributed_function('idempo.lookup(text,text)',

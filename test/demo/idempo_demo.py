@@ -11,7 +11,8 @@ completes the claim with the shipment id.  It only uses idempo's SQL API.
                                postmaster; checks the warehouse at the end (exit 1 on a violation)
 
 Connection settings come from the environment (see test/demo/run): DEMO_HOST, DEMO_PORT,
-DEMO_REPLICA_PORT, DEMO_PGDATA (for the chaos mode's kill -9), DEMO_PGBIN.
+DEMO_REPLICA_PORT, DEMO_PGDATA (for the chaos mode's kill -9), DEMO_PGBIN; DEMO_USER and DEMO_ORDERS_DB
+(managed/run: the managed edition's chaos run as a role that is not a superuser).
 """
 import argparse
 import json
@@ -30,14 +31,16 @@ import psycopg
 HOST = os.environ.get('DEMO_HOST', '/tmp')
 PORT = os.environ.get('DEMO_PORT', '5432')
 REPLICA_PORT = os.environ.get('DEMO_REPLICA_PORT', '5433')
+USER = os.environ.get('DEMO_USER', 'postgres')              # managed/run: a role that is not a superuser
+ORDERS_DB = os.environ.get('DEMO_ORDERS_DB', 'orders')      # managed/run: the database pg_cron serves
 SCOPE = 'warehouse.outbound'            # the warehouse honours our idempotency key
 LEGACY = 'warehouse.outbound.legacy'    # it does not; lookups go through a lagging replica
 HOOKS = 'warehouse.outbound.hooks'      # webhooks with a delivery time inside; keys remembered a year
 
 
 def connect(dbname, port=PORT, **kw):
-    return psycopg.connect(host=HOST, port=port, user='postgres', dbname=dbname, autocommit=True,
-                           connect_timeout=5, **kw)
+    return psycopg.connect(host=HOST, port=port, user=USER, dbname=ORDERS_DB if dbname == 'orders' else dbname,
+                           autocommit=True, connect_timeout=5, **kw)
 
 
 def one(conn, sql, params=()):

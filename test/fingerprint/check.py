@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """idempo.fingerprint() against the independent implementation in reference.py.
 
-    check.py plain|ignore SOCKET_DIR PORT DBNAME
+    check.py plain|ignore|include SOCKET_DIR PORT DBNAME
 
 plain: reference.py's random documents (fixed seed, so that a failure can be reproduced) and
 the vectors of docs/fingerprints.md, each compared with idempo.fingerprint(doc).
 ignore: the same for fingerprint_ignore, idempo.fingerprint(doc, paths), on random documents
 with paths that exist and paths that do not, and the README's vectors.
+include: the same for fingerprint_include (with fingerprint_ignore on some),
+idempo.fingerprint(doc, ignore, include), and docs/fingerprint-rules.md's include vectors.
 
 Prints "N documents, M mismatches" (and the first mismatches) and exits 1 on a mismatch or when
 nothing was compared: the number of documents is whatever the reference produces, so adding a
@@ -23,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = {  # mode: the reference's commands; each line is doc (as JSON text or a JSON string), [paths,] digest
     'plain': [['generate', '5000', '20261129'], ['vectors']],
     'ignore': [['generate-ignore', '3000', '20261130'], ['ignore-vectors']],
+    'include': [['generate-include', '3000', '20261201'], ['include-vectors']],
 }
 
 
@@ -46,8 +49,11 @@ def main():
         for args in RUNS[mode]:
             for row in reference(args):
                 copy.write_row(row)
-    fp = ("idempo.fingerprint(doc::jsonb)" if mode == 'plain' else
-          "idempo.fingerprint(doc::jsonb, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(paths::jsonb)))")
+    fp = {'plain': "idempo.fingerprint(doc::jsonb)",
+          'ignore': "idempo.fingerprint(doc::jsonb, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(paths::jsonb)))",
+          'include': "idempo.fingerprint(doc::jsonb,"
+                     " ARRAY(SELECT pg_catalog.jsonb_array_elements_text(paths::jsonb -> 'ignore')),"
+                     " ARRAY(SELECT pg_catalog.jsonb_array_elements_text(paths::jsonb -> 'include')))"}[mode]
     cur.execute(f"SELECT doc, paths, sha256, encode({fp}, 'hex') FROM ref")
     rows = cur.fetchall()
     bad = [r for r in rows if r[2] != r[3]]

@@ -111,8 +111,18 @@ CREATE FUNCTION fuzz.bool() RETURNS boolean LANGUAGE sql VOLATILE AS $$
   SELECT fuzz.pick(NULL, 'true', 'false', 'true', 'false')::boolean
 $$;
 
+-- fingerprint_include paths: fuzz.paths()' kinds, and paths into arrays, escapes, bad brackets
+CREATE FUNCTION fuzz.include_paths() RETURNS text[] LANGUAGE sql VOLATILE AS $$
+  SELECT CASE floor(random() * 4)::int
+    WHEN 0 THEN fuzz.paths()
+    WHEN 1 THEN fuzz.pick('{items[*].sku}', '{items[*],qty}', '{a[*][*].b,sku}', '{"a\\.b",c\\[0]}')::text[]
+    WHEN 2 THEN fuzz.pick('{"a[0]"}', '{"[*].a"}', '{"a[*]b"}', '{"a\\\\"}', '{"a["}')::text[]
+    ELSE ARRAY[repeat('x[*].', 200) || 'x'] END
+$$;
+
 CREATE FUNCTION fuzz.one() RETURNS text LANGUAGE plpgsql VOLATILE AS $$
-DECLARE fname text := fuzz.pick('fingerprint', 'fingerprint_ignore', 'claim', 'claim', 'claim', 'claim',
+DECLARE fname text := fuzz.pick('fingerprint', 'fingerprint_ignore', 'fingerprint_include', 'claim', 'claim', 'claim', 'claim',
+                             'heartbeat', 'heartbeat',
                              'complete', 'complete', 'fail', 'verify', 'resolve', 'request_review',
                              'release', 'lookup', 'sweep',
                              'create_scope', 'alter_scope', 'enable_scope', 'disable_scope',
@@ -128,13 +138,16 @@ BEGIN
     CASE fname
     WHEN 'fingerprint' THEN PERFORM idempo.fingerprint(fuzz.doc()::jsonb);
     WHEN 'fingerprint_ignore' THEN PERFORM idempo.fingerprint(fuzz.doc()::jsonb, fuzz.paths());
+    WHEN 'fingerprint_include' THEN PERFORM idempo.fingerprint(fuzz.doc()::jsonb, fuzz.paths(), fuzz.include_paths());
+    WHEN 'heartbeat' THEN PERFORM idempo.heartbeat(fuzz.scope(), k, fuzz.int4(), fuzz.ival());
     WHEN 'release' THEN PERFORM idempo.release(fuzz.scope(), k, fuzz.txt(), fuzz.txt());
     WHEN 'claim' THEN
       PERFORM idempo.claim(fuzz.scope(), k,
                            CASE WHEN random() < 0.97 THEN fuzz.params(k) END,
                            CASE WHEN random() < 0.03 THEN fuzz.pick(NULL, '\x00', '\x0102')::bytea END,
                            fuzz.txt(), CASE WHEN random() < 0.2 THEN fuzz.ts() END,
-                           coalesce(fuzz.bool(), random() < 0.95), coalesce(fuzz.bool(), random() < 0.95) AND random() < 0.3);
+                           coalesce(fuzz.bool(), random() < 0.95), coalesce(fuzz.bool(), random() < 0.95) AND random() < 0.3,
+                           CASE WHEN random() < 0.2 THEN fuzz.ival() END);
     WHEN 'complete' THEN PERFORM idempo.complete(fuzz.scope(), k, fuzz.int4(), fuzz.params(k), fuzz.txt());
     WHEN 'fail' THEN PERFORM idempo.fail(fuzz.scope(), k, fuzz.int4(), fuzz.txt(), fuzz.bool());
     WHEN 'verify' THEN PERFORM idempo.verify(fuzz.scope(), k, fuzz.int4(), fuzz.bool(), fuzz.txt(), fuzz.params(k));
@@ -151,13 +164,14 @@ BEGIN
                                   fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
                                   fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
                                   remember => fuzz.ival(),
-                                  fingerprint_ignore => fuzz.paths());
+                                  fingerprint_ignore => fuzz.paths(), fingerprint_include => fuzz.include_paths());
     WHEN 'alter_scope' THEN
       PERFORM idempo.alter_scope(fuzz.scope(), fuzz.ival(), fuzz.ival(), fuzz.pick('unknown', 'retry', 'bogus', NULL),
                                  fuzz.ival(), fuzz.int4(), fuzz.bool(), fuzz.bool(), fuzz.bool(), fuzz.bool(),
                                  fuzz.pick(NULL, 'postgres', 'no_such_role', '')::name, fuzz.txt(), fuzz.txt(), fuzz.txt(),
                                  remember => fuzz.ival(),
-                                 fingerprint_ignore => fuzz.paths());
+                                 fingerprint_ignore => fuzz.paths(),
+                                 fingerprint_include => CASE WHEN random() < 0.5 THEN fuzz.include_paths() END);
     WHEN 'enable_scope' THEN PERFORM idempo.enable_scope(fuzz.scope());
     WHEN 'disable_scope' THEN PERFORM idempo.disable_scope(fuzz.scope());
     WHEN 'resolve_conflict' THEN

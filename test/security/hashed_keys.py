@@ -24,6 +24,10 @@ def main():
                 " retention => '1 hour', lease => '1 minute', verify_settle => '1 minute')")
     calls = [
         ("SELECT outcome FROM idempo.claim('pii', %s, '{\"n\": 1}')", True),
+        ("SELECT idempo.heartbeat('pii', %s, 1, '10 minutes')", True),
+        ("SELECT idempo.heartbeat('pii', %s, 1, '2 hours')", False),     # over the retention: refused
+        ("SELECT idempo.heartbeat('pii', %s, 3)", False),                # no such attempt: refused
+        ("SELECT outcome FROM idempo.claim('pii', %s, lease => '0')", False),  # bad lease: refused
         ("SELECT idempo.complete('pii', %s, 2)", False),                 # not the attempt: refused
         ("SELECT idempo.complete('pii', %s, 1, '{\"ok\": true}', 'T-1')", True),
         ("SELECT outcome FROM idempo.claim('pii', %s, '{\"n\": 2}')", True),   # conflict

@@ -1,0 +1,365 @@
+/*-------------------------------------------------------------------------
+ *
+ * fingerprint_include.c
+ *	  The only fields that count in the fingerprint: a scope's
+ *	  fingerprint_include and idempo.fingerprint(params, ignore, include).
+ *
+ * A path names a field from the top of the document: object keys separated
+ * by dots, and [*] for "every element of this array" ('order',
+ * 'customer.id', 'items[*].sku', 'lines[*][*].qty').  A backslash takes the
+ * next character literally, so keys with dots, brackets or backslashes can be
+ * named ('a\.b' is the key "a.b").  The document is projected onto the paths:
+ *
+ *	 - a field a path ends on is kept whole, whatever its value;
+ *	 - an object on a path keeps only the members on which some path finds
+ *	   something (an object where nothing is found is left out, so
+ *	   {"meta":{}} and {} count the same under 'meta.trace_id');
+ *	 - an array on a path through [*] keeps every element, in order, each
+ *	   projected in turn; an element where nothing is found becomes {} (the
+ *	   number of elements counts, their other fields do not);
+ *	 - a path that is absent, or runs into a value of another kind, finds
+ *	   nothing.
+ *
+ * A document whose top is not an object is fingerprinted whole (paths name
+ * fields from a top-level object; fingerprint_ignore leaves such documents
+ * alone too), and one where nothing is found counts as {}.  The projection is
+ * a new jsonb, fingerprinted with the usual canonical encoding; with
+ * fingerprint_ignore as well, the ignored fields are then left out of the
+ * projection (claim.c).  test/fingerprint/reference.py implements the same
+ * rules independently.
+ *
+ * Limits as for fingerprint_ignore: at most IDEMPO_IGNORE_MAX_PATHS paths of
+ * at most IDEMPO_IGNORE_MAX_PATH_BYTES bytes.  A NULL element, an empty path
+ * and a path that breaks the grammar are refused with 22023; check_scope()
+ * refuses the same for scopes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+PG_FUNCTION_INFO_V1(idempo_fingerprint_rules);
+
+struct IdempoInclude
+{
+	char	   *key;			/* the (unescaped) key this node is reached by; NULL: root or [*] */
+	int			keylen;
+	bool		terminal;		/* a path ends here: the value counts whole */
+	int			nkeys;
+	struct IdempoInclude **keys;	/* the object members paths continue in */
+	struct IdempoInclude *each;	/* [*]: every element of an array */
+};
+
+static IdempoInclude *
+node_key(const IdempoInclude *n, const char *key, int len)
+{
+	int			i;
+
+	for (i = 0; i < n->nkeys; i++)
+		if (n->keys[i]->keylen == len && memcmp(n->keys[i]->key, key, len) == 0)
+			return n->keys[i];
+	return NULL;
+}
+
+static IdempoInclude *
+node_add_key(MemoryContext cxt, IdempoInclude *n, const char *key, int len)
+{
+	IdempoInclude *c = node_key(n, key, len);
+
+	if (c != NULL)
+		return c;
+	c = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
+	c->key = MemoryContextAlloc(cxt, len + 1);
+	memcpy(c->key, key, len);
+	c->key[len] = '\0';
+	c->keylen = len;
+	if (n->nkeys == 0)
+		n->keys = MemoryContextAlloc(cxt, sizeof(IdempoInclude *) * 4);
+	else if ((n->nkeys & (n->nkeys - 1)) == 0 && n->nkeys >= 4)
+		n->keys = repalloc(n->keys, sizeof(IdempoInclude *) * n->nkeys * 2);
+	n->keys[n->nkeys++] = c;
+	return c;
+}
+
+static IdempoInclude *
+node_add_each(MemoryContext cxt, IdempoInclude *n)
+{
+	if (n->each == NULL)
+		n->each = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
+	return n->each;
+}
+
+#define INCLUDE_GRAMMAR_HINT \
+	"A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. 'order', 'customer.id', 'items[*].sku'; a backslash takes the next character literally ('a\\.b' is the key \"a.b\")."
+
+static void
+refuse_path(const char *scope, int index, const char *what, const char *hint)
+{
+	if (scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fingerprint_include of scope \"%s\": path %d %s", scope, index, what),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("fingerprint include path %d %s", index, what),
+			 errhint("%s", hint)));
+}
+
+/* Adds one path (p, len bytes) below root; refuses it if it breaks the grammar. */
+static void
+compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, const char *scope,
+			 int index)
+{
+	IdempoInclude *node = root;
+	char	   *key = palloc(len + 1);
+	int			pos = 0;
+
+	for (;;)
+	{
+		int			keylen = 0;
+
+		/* a key: up to an unescaped '.', '[' or the end */
+		while (pos < len && p[pos] != '.' && p[pos] != '[')
+		{
+			if (p[pos] == '\\')
+			{
+				if (++pos == len)
+					refuse_path(scope, index, psprintf("(\"%s\") ends in a lone backslash", pnstrdup(p, len)),
+								INCLUDE_GRAMMAR_HINT);
+			}
+			key[keylen++] = p[pos++];
+		}
+		if (keylen == 0)
+			refuse_path(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1),
+						INCLUDE_GRAMMAR_HINT);
+		node = node_add_key(cxt, node, key, keylen);
+		/* any number of [*] */
+		while (pos < len && p[pos] == '[')
+		{
+			if (len - pos < 3 || p[pos + 1] != '*' || p[pos + 2] != ']')
+				refuse_path(scope, index, psprintf("(\"%s\") has '[' at byte %d that does not start [*]", pnstrdup(p, len), pos + 1),
+							INCLUDE_GRAMMAR_HINT);
+			node = node_add_each(cxt, node);
+			pos += 3;
+		}
+		if (pos == len)
+			break;
+		if (p[pos] != '.')
+			refuse_path(scope, index, psprintf("(\"%s\") has no dot after [*] at byte %d", pnstrdup(p, len), pos + 1),
+						INCLUDE_GRAMMAR_HINT);
+		pos++;
+		if (pos == len)
+			refuse_path(scope, index, psprintf("(\"%s\") ends in a dot", pnstrdup(p, len)),
+						INCLUDE_GRAMMAR_HINT);
+	}
+	node->terminal = true;
+	pfree(key);
+}
+
+/*
+ * Compiles a text[] of paths into a tree allocated in cxt; NULL when the
+ * list is empty (every field counts).  scope names the scope in errors
+ * (NULL: the caller is idempo.fingerprint()).
+ */
+IdempoInclude *
+idempo_include_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+	IdempoInclude *root;
+
+	if (paths == NULL)
+		return NULL;
+	if (ARR_NDIM(paths) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_include of scope \"%s\" must be a one-dimensional array", scope)
+				 : errmsg("fingerprint include paths must be a one-dimensional array"),
+				 errhint("Pass e.g. ARRAY['order', 'items[*].sku'].")));
+	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0)
+		return NULL;
+	if (n > IDEMPO_IGNORE_MAX_PATHS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_include of scope \"%s\" has %d paths, the limit is %d",
+								scope, n, IDEMPO_IGNORE_MAX_PATHS)
+				 : errmsg("%d fingerprint include paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
+				 errhint("Name the fields that identify the request; a path that ends on an object counts all of it.")));
+
+	root = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
+	for (i = 0; i < n; i++)
+	{
+		text	   *t;
+		int			len;
+
+		if (nulls[i])
+			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
+		t = DatumGetTextPP(elems[i]);
+		len = VARSIZE_ANY_EXHDR(t);
+		if (len == 0)
+			refuse_path(scope, i + 1, "is empty", INCLUDE_GRAMMAR_HINT);
+		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
+			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
+						"Use a shorter path.");
+		compile_path(cxt, root, VARDATA_ANY(t), len, scope, i + 1);
+	}
+	return root;
+}
+
+/* Whether the projection of v (a scalar, or a container as jbvBinary) below node finds anything. */
+static bool
+finds(JsonbValue *v, const IdempoInclude *node)
+{
+	check_stack_depth();
+	if (node->terminal)
+		return true;
+	if (v->type != jbvBinary)
+		return false;
+	if (JsonContainerIsArray(v->val.binary.data))
+		return node->each != NULL;
+	if (JsonContainerIsObject(v->val.binary.data) && node->nkeys > 0)
+	{
+		int			i;
+
+		for (i = 0; i < node->nkeys; i++)
+		{
+			JsonbValue *m = getKeyJsonValueFromContainer(v->val.binary.data, node->keys[i]->key,
+														 node->keys[i]->keylen, NULL);
+
+			if (m != NULL && finds(m, node->keys[i]))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Pushes the projection of v below node, which finds something (finds()). */
+static void
+push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoInclude *node)
+{
+	JsonbIterator *it;
+	JsonbValue	x;
+	JsonbIteratorToken tok;
+
+	CHECK_FOR_INTERRUPTS();
+	if (node->terminal)
+	{
+		pushJsonbValue(state, seq, v);
+		return;
+	}
+	it = JsonbIteratorInit(v->val.binary.data);
+	if (JsonContainerIsArray(v->val.binary.data))
+	{
+		while ((tok = JsonbIteratorNext(&it, &x, true)) != WJB_DONE)
+		{
+			if (tok == WJB_BEGIN_ARRAY || tok == WJB_END_ARRAY)
+				pushJsonbValue(state, tok, NULL);
+			else if (tok != WJB_ELEM)
+				elog(ERROR, "unexpected jsonb iterator token %d in an array", (int) tok);
+			else if (finds(&x, node->each))
+				push_projection(state, WJB_ELEM, &x, node->each);
+			else
+			{
+				/* the element is kept, as {}: the number of elements counts */
+				pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
+				pushJsonbValue(state, WJB_END_OBJECT, NULL);
+			}
+		}
+		return;
+	}
+	while ((tok = JsonbIteratorNext(&it, &x, true)) != WJB_DONE)
+	{
+		const IdempoInclude *child;
+		JsonbValue	key;
+
+		switch (tok)
+		{
+			case WJB_BEGIN_OBJECT:
+			case WJB_END_OBJECT:
+				pushJsonbValue(state, tok, NULL);
+				break;
+			case WJB_KEY:
+				key = x;
+				child = node_key(node, key.val.string.val, key.val.string.len);
+				tok = JsonbIteratorNext(&it, &x, true);
+				if (tok != WJB_VALUE)
+					elog(ERROR, "unexpected jsonb iterator token %d after a key", (int) tok);
+				if (child != NULL && finds(&x, child))
+				{
+					pushJsonbValue(state, WJB_KEY, &key);
+					push_projection(state, WJB_VALUE, &x, child);
+				}
+				break;
+			default:
+				elog(ERROR, "unexpected jsonb iterator token %d in an object", (int) tok);
+		}
+	}
+}
+
+/* The document projected onto the included paths (itself without any, or if not an object). */
+Jsonb *
+idempo_include_apply(Jsonb *jb, const IdempoInclude *include)
+{
+	JsonbInState state;
+	JsonbValue	root;
+
+	if (include == NULL || !JB_ROOT_IS_OBJECT(jb))
+		return jb;
+	memset(&state, 0, sizeof(state));
+	root.type = jbvBinary;
+	root.val.binary.data = &jb->root;
+	root.val.binary.len = VARSIZE(jb) - VARHDRSZ;
+	if (finds(&root, include))
+		push_projection(&state, WJB_VALUE, &root, include);
+	else
+	{
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	}
+	if (state.result == NULL)
+		elog(ERROR, "projecting a jsonb object returned nothing");
+	return JsonbValueToJsonb(state.result);
+}
+
+/* The document as its fingerprint sees it: projected onto include, then without ignore. */
+Jsonb *
+idempo_fingerprint_view(Jsonb *jb, const IdempoInclude *include, const IdempoIgnore *ignore)
+{
+	return idempo_ignore_apply(idempo_include_apply(jb, include), ignore);
+}
+
+/*
+ * idempo.fingerprint(params jsonb, ignore text[], include text[]) RETURNS
+ * bytea: what a claim computes in a scope with these rules; NULL lists: no
+ * such rule.
+ */
+Datum
+idempo_fingerprint_rules(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb;
+	IdempoIgnore *ignore;
+	IdempoInclude *include;
+	bytea	   *result;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	jb = PG_GETARG_JSONB_P(0);
+	ignore = PG_ARGISNULL(1) ? NULL :
+		idempo_ignore_compile(PG_GETARG_ARRAYTYPE_P(1), CurrentMemoryContext, NULL);
+	include = PG_ARGISNULL(2) ? NULL :
+		idempo_include_compile(PG_GETARG_ARRAYTYPE_P(2), CurrentMemoryContext, NULL);
+	result = palloc(VARHDRSZ + IDEMPO_DIGEST_LEN);
+	SET_VARSIZE(result, VARHDRSZ + IDEMPO_DIGEST_LEN);
+	idempo_fingerprint_jsonb(idempo_fingerprint_view(jb, include, ignore), (uint8 *) VARDATA(result));
+	PG_RETURN_BYTEA_P(result);
+}
