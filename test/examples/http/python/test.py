@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests for server.py over real HTTP on loopback, against a real database (PGHOST, PGPORT,
+"""Tests for server.py (the idempo library's WSGI middleware) over real HTTP on loopback, against a real database (PGHOST, PGPORT,
 PGDATABASE, PGUSER; schema.sql loaded).  Starts the service as a child process and a stand-in
 payment provider (a small HTTP server that honours Idempotency-Key, as real ones do).
 Prints "ok - ..." / "not ok - ..." per case and, last, "N passed, N failed".
@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg
 
-from idempotency import PARAMS_SQL, Request, params_args
+from idempo.http import PARAMS_SQL, RequestInfo, params_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 results = {'passed': 0, 'failed': 0}
@@ -369,7 +369,8 @@ def main():
     def fingerprints():
         def fingerprint(body, media_type):
             is_json = media_type == 'application/json'
-            request = Request('k', 'POST', '/x', media_type, body.encode(), is_json, json.loads(body) if is_json else None)
+            request = RequestInfo('POST', '/x', [], body.encode(), media_type, json.loads(body) if is_json else None,
+                                  is_json)
             return one(f"SELECT encode(idempo.fingerprint({PARAMS_SQL}), 'hex')", params_args(request))
         assert fingerprint('{"a":1,"b":[1,2]}', 'application/json') == \
             fingerprint('{ "b": [1, 2.0], "a": 1.00 }', 'application/json')

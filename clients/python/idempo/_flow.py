@@ -1,0 +1,418 @@
+"""The flows, written once for both the sync and the async API.
+
+Each flow is a generator that yields operations (run this SQL, call the user's function, begin,
+commit, sleep, start or stop the heartbeat) and is sent what they return, or thrown what they
+raised.  idempo._sync and idempo.aio run the same generators, so the blocking and the asyncio
+API cannot drift apart: a fix in a flow is a fix in both.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ._types import (Claim, Conflict, Done, InvalidState, Operation, Outcome, Status, Superseded,
+                     Unknown, from_database_error, not_acquired)
+
+SUPPORTED = ('0.3',)            # major.minor of the SQL API this library speaks
+NEEDED = '0.3.0'
+
+CLAIM_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, first_seen_at, '
+                 'lease_expires_at, conflict_id, review_id, completed_at')
+# What once(), call_once() and the middleware read: the timestamps they do not use are left out
+# (each costs the driver a parse on every claim; claim() returns them all).
+NARROW_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, NULL, '
+                  'lease_expires_at, conflict_id, review_id, NULL')
+# once()'s fast path and the middleware: an acquired claim reads two values; any other answer the
+# rest in one JSON array.  Every column costs the driver a parse on every claim (Debian's psycopg
+# reads each through ctypes), and the acquired claim is the one that does the work.
+FAST_COLUMNS = ("outcome::text, attempt, result::text, CASE WHEN outcome <> 'acquired' THEN json_build_array("
+                "status, target_ref, error, extract(epoch FROM lease_expires_at), conflict_id, review_id)::text END")
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations a flow yields
+
+@dataclass
+class Sql:
+    sql: str
+    args: tuple
+    translate: bool = True       # map the database's error to idempo's exception types
+    fetch: bool = True           # a statement with a row to read (not BEGIN, SAVEPOINT...)
+
+
+@dataclass
+class Call:
+    fn: Callable
+    args: tuple
+
+
+class Begin:
+    pass
+
+
+class Commit:
+    pass
+
+
+class Rollback:
+    pass
+
+
+@dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclass
+class HeartbeatStart:
+    scope: str
+    key: str
+    attempt: int
+    every: float
+    extend: Any
+
+
+class HeartbeatStop:
+    pass
+
+
+@dataclass
+class Clock:
+    """-> time.monotonic()"""
+
+
+# ---------------------------------------------------------------------------------------------
+# SQL
+
+def interval(value) -> Optional[str]:
+    """A lease or extension as PostgreSQL interval text: timedelta, seconds or text."""
+    if value is None:
+        return None
+    if isinstance(value, _dt.timedelta):
+        return f'{value.total_seconds()} seconds'
+    if isinstance(value, (int, float)):
+        return f'{float(value)} seconds'
+    return str(value)
+
+
+_ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
+_OUTCOMES = {o.value: o for o in Outcome}                                  # arguments makes one per call
+_STATUSES = STATUSES = {s.value: s for s in Status}
+
+
+def to_json(value) -> Optional[str]:
+    return None if value is None else _ENCODER.encode(value)
+
+
+def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
+              run_id: bool = False, intent_at: bool = False, complete_on_commit: bool = False,
+              lease: bool = False, now: bool = False, narrow: bool = False, fast: bool = False) -> str:
+    """The claim statement; named arguments only for what is given, so that an older server's
+    claim (no lease parameter) still answers the calls that do not use them."""
+    named = [f'params => {params_sql}']
+    if fingerprint:
+        named.append('fingerprint => %s')
+    if run_id:
+        named.append('run_id => %s')
+    if intent_at:
+        named.append('intent_at => %s')
+    if not wait:
+        named.append('wait => false')
+    if complete_on_commit:
+        named.append('complete_on_commit => true')
+    if lease:
+        named.append('lease => %s::interval')
+    columns = FAST_COLUMNS if fast else NARROW_COLUMNS if narrow else CLAIM_COLUMNS
+    return (f'SELECT {columns}' + (', idempo.now()' if now else '')
+            + f' FROM idempo.claim(%s, %s, {", ".join(named)})')
+
+
+def claim_args(scope, key, params_args, *, fingerprint=None, run_id=None, intent_at=None, lease=None) -> tuple:
+    args = [scope, key, *params_args]
+    if fingerprint is not None:
+        args.append(fingerprint)
+    if run_id is not None:
+        args.append(run_id)
+    if intent_at is not None:
+        args.append(intent_at)
+    if lease is not None:
+        args.append(interval(lease))
+    return tuple(args)
+
+
+def parse_claim(scope: str, key: str, row, fast: bool = False) -> Claim:
+    if fast:
+        outcome = _OUTCOMES[row[0]]
+        result = None if row[2] is None else json.loads(row[2])
+        if row[3] is None:                      # acquired
+            return Claim(scope, key, outcome, Status.IN_PROGRESS, row[1], result)
+        status, target_ref, error, lease_end, conflict_id, review_id = json.loads(row[3])
+        return Claim(scope, key, outcome, None if status is None else _STATUSES[status], row[1], result, target_ref,
+                     error, None, None if lease_end is None else _dt.datetime.fromtimestamp(float(lease_end), _dt.timezone.utc),
+                     conflict_id, review_id, None, row[4] if len(row) > 4 else None)
+    return Claim(scope, key, _OUTCOMES[row[0]], None if row[1] is None else _STATUSES[row[1]], row[2],
+                 None if row[3] is None else json.loads(row[3]), row[4], row[5], row[6], row[7], row[8], row[9],
+                 row[10], row[11] if len(row) > 11 else None)
+
+
+COMPLETE_SQL = 'SELECT idempo.complete(%s, %s, attempt => %s, result => %s::jsonb, target_ref => %s)::text'
+FAIL_SQL = 'SELECT idempo.fail(%s, %s, attempt => %s, error => %s, retryable => %s)::text'
+VERIFY_SQL = ('SELECT idempo.verify(%s, %s, %s, found => %s, target_ref => %s, result => %s::jsonb)::text')
+HEARTBEAT_SQL = 'SELECT idempo.heartbeat(%s, %s, %s, %s::interval)'
+LOOKUP_SQL = ('SELECT status::text, attempt, result::text, target_ref, error, first_seen_at, last_attempt_at, '
+              'lease_expires_at, completed_at FROM idempo.lookup(%s, %s) WHERE scope IS NOT NULL')
+CHANGED_SQL = 'SELECT changed_fields::text FROM idempo.conflict_queue WHERE id = %s'
+VERSION_PROBE_SQL = ("SELECT to_regprocedure('idempo.version()') IS NOT NULL, "
+                     "(SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempo')")
+VERSION_SQL = 'SELECT idempo.version()'
+
+
+def supported(version: Optional[str]) -> bool:
+    return version is not None and any(version == s or version.startswith(s + '.') for s in SUPPORTED)
+
+
+def version_flow():
+    """-> the version of idempo's SQL objects (idempo.version()); raises UnsupportedVersion."""
+    from ._types import UnsupportedVersion
+    has_function, extversion = yield Sql(VERSION_PROBE_SQL, ())
+    if not has_function:
+        raise UnsupportedVersion(extversion, NEEDED, no_version_function=extversion is not None)
+    (found,) = yield Sql(VERSION_SQL, ())
+    if not supported(found):
+        raise UnsupportedVersion(found, NEEDED)
+    return found
+
+
+def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=None, fingerprint=None, wait=True,
+               run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False, fast=False):
+    if params_args is None:
+        params_args = (to_json(params),)
+    sql = claim_sql(params_sql=params_sql, fingerprint=fingerprint is not None, wait=wait, run_id=run_id is not None,
+                    intent_at=intent_at is not None, complete_on_commit=complete_on_commit,
+                    lease=lease is not None, now=now, narrow=narrow, fast=fast)
+    row = yield Sql(sql, claim_args(scope, key, params_args, fingerprint=fingerprint, run_id=run_id,
+                                    intent_at=intent_at, lease=lease))
+    return parse_claim(scope, key, row, fast)
+
+
+def conflict_flow(claim: Claim):
+    """-> the Conflict exception for a conflict answer, with the changed fields when the scope
+    stores params (one more query, only on this path)."""
+    changed = None
+    if claim.conflict_id is not None:
+        row = yield Sql(CHANGED_SQL, (claim.conflict_id,))
+        if row is not None and row[0] is not None:
+            changed = json.loads(row[0])
+    return Conflict(claim, changed)
+
+
+def refusal_flow(claim: Claim):
+    """-> the exception for an answer that is not acquired and not replay."""
+    if claim.outcome is Outcome.CONFLICT:
+        return (yield from conflict_flow(claim))
+    return not_acquired(claim)
+
+
+def status_flow(sql, args):
+    (status,) = yield Sql(sql, args)
+    return _STATUSES[status]
+
+
+def lookup_flow(scope, key):
+    row = yield Sql(LOOKUP_SQL, (scope, key))
+    if row is None:
+        return None
+    return Operation(scope, key, Status(row[0]), row[1], None if row[2] is None else json.loads(row[2]), *row[3:])
+
+
+def done_of(claim: Claim, *, replayed=True) -> Done:
+    return Done(claim.scope, claim.key, claim.status, claim.attempt, claim.result, claim.target_ref, claim.error,
+                replayed=replayed)
+
+
+def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False, **claim_kw):
+    """Claim; on busy with on_busy='wait', claim again until the key is free or busy_timeout
+    (seconds) has passed (then raise Busy).  -> Claim."""
+    if on_busy != 'wait':             # the caller answers busy (raises Busy)
+        return (yield from claim_flow(scope, key, params, now=now, narrow=True, **claim_kw))
+    # A claim reads an existing record FOR UPDATE: a busy answer leaves this transaction holding
+    # the row lock, and the holder's complete() would wait for us while we wait for it.  So each
+    # waiting claim runs in a savepoint, rolled back (lock released) before the pause.
+    start = None
+    pause = 0.05
+    while True:
+        yield Sql('SAVEPOINT idempo_wait', None, fetch=False)
+        claim = yield from claim_flow(scope, key, params, now=True, narrow=True, **claim_kw)
+        if claim.outcome is not Outcome.BUSY:
+            yield Sql('RELEASE SAVEPOINT idempo_wait', None, fetch=False)
+            return claim
+        yield Sql('ROLLBACK TO SAVEPOINT idempo_wait', None, fetch=False)
+        yield Sql('RELEASE SAVEPOINT idempo_wait', None, fetch=False)
+        now = yield Clock()
+        start = now if start is None else start
+        left = busy_timeout - (now - start)
+        if left <= 0:
+            raise not_acquired(claim)
+        yield Sleep(min(pause, claim.retry_after(), left))
+        pause = min(pause * 2, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two-system flow
+
+RETRY, FAIL, DOUBT = True, False, None
+
+
+def decide(retryable, honours_key, err) -> Optional[bool]:
+    """True: fail(retryable) (the attempt had no effect, or the target honours the key); False:
+    fail(final); None: in doubt, leave the attempt to its lease (it turns unknown, and the next
+    claim looks it up)."""
+    if retryable is not None:
+        return retryable(err)
+    return True if honours_key else None
+
+
+def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, retryable=None,
+              honours_key=False, target_ref=None, provider_key=None, lease=None, heartbeat=None,
+              extend=None, on_busy='raise', busy_timeout=30.0, run_id=None, intent_at=None, retries=0):
+    pkey = provider_key(scope, key) if provider_key else f'{scope}/{key}'
+    left = retries
+    for _ in range(retries + 5):
+        # The claim commits at once: the attempt holds the key by its lease while the call runs.
+        yield Begin()
+        try:
+            claim = yield from claim_until_decided(scope, key, params, on_busy=on_busy, busy_timeout=busy_timeout,
+                                                   now=True, run_id=run_id, intent_at=intent_at, lease=lease)
+            if claim.outcome is Outcome.CONFLICT:
+                raise (yield from conflict_flow(claim))
+        except BaseException:
+            yield Commit()           # a claim may have written (a review, a conflict): keep it
+            raise
+        yield Commit()
+        if claim.outcome is Outcome.REPLAY:
+            return done_of(claim)
+        if claim.outcome is Outcome.UNKNOWN:
+            if lookup is None:
+                raise Unknown(claim)
+            try:
+                settled = yield from verify_flow(conn, claim, pkey, lookup, record, target_ref)
+            except Superseded:
+                continue            # the verify race: another verifier or a newer attempt won; ask again
+            if settled is not None:
+                return settled
+            continue                # not found: retryable now, the next claim acquires
+        if claim.outcome is not Outcome.ACQUIRED:
+            raise not_acquired(claim)
+        try:
+            return (yield from attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref,
+                                            heartbeat, extend))
+        except Exception:
+            # retries: claim again -- the next attempt (after fail(retryable)), or, in doubt, busy
+            # until the lease runs out (on_busy='wait'), then unknown -> lookup -> verify
+            if left <= 0:
+                raise
+            left -= 1
+    raise Unknown(claim, f'key "{key}" in scope "{scope}": still not settled after {retries} retries')
+
+
+def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref, heartbeat, extend):
+    scope, key, attempt = claim.scope, claim.key, claim.attempt
+    every = heartbeat
+    if every is None and claim.lease_expires_at is not None and claim.now is not None:
+        every = max(0.05, (claim.lease_expires_at - claim.now).total_seconds() / 3)
+    if every:
+        yield HeartbeatStart(scope, key, attempt, every, interval(extend))
+    try:
+        value = yield Call(call, (pkey,))
+    except Exception as err:
+        if every:
+            yield HeartbeatStop()
+        decision = yield from after_error(claim, retryable, honours_key, err)
+        if decision is False:        # a final failure is an outcome, recorded and replayed
+            return Done(scope, key, Status.FAILED, attempt, None, None, error_text(err))
+        raise
+    if every:
+        # A heartbeat refused (the lease ran out) needs no answer here: complete() decides --
+        # refused if a newer attempt took the key (Superseded), accepted as a late reply if the
+        # key only turned unknown.
+        yield HeartbeatStop()
+    # The business write and complete(attempt) commit together, or neither does.
+    yield Begin()
+    try:
+        result = (yield Call(record, (conn, value))) if record else value
+        ref = target_ref(value) if target_ref else None
+        status = yield from status_flow(COMPLETE_SQL, (scope, key, attempt, to_json(result), ref))
+    except InvalidState as refused:
+        yield Rollback()
+        raise Superseded(f'attempt {attempt} of key "{key}" in scope "{scope}" was superseded while it ran '
+                         f'(its lease ran out{"" if not every else ": the heartbeat could not keep it"}); '
+                         f'nothing recorded: {refused.message}') from refused
+    except Exception as err:
+        yield Rollback()
+        # The call succeeded and our write did not: only a target that honours the key makes a
+        # new attempt safe; otherwise leave it in doubt (the lookup will find the action).
+        if honours_key:
+            yield from after_error(claim, lambda e: True, True, err)
+        raise
+    yield Commit()
+    return Done(scope, key, status, attempt, result, ref)
+
+
+def error_text(err):
+    return f'{type(err).__name__}: {err}'[:1000]
+
+
+def after_error(claim, retryable, honours_key, err):
+    """fail() as the rule decides; -> the decision (True, False, None)."""
+    decision = decide(retryable, honours_key, err)
+    if decision is None:
+        return None
+    try:
+        yield Begin()
+        yield Sql(FAIL_SQL, (claim.scope, claim.key, claim.attempt, error_text(err), decision))
+        yield Commit()
+    except InvalidState:
+        yield Rollback()        # superseded meanwhile: not ours to release; the newer attempt decides
+        return None
+    return decision
+
+
+def verify_flow(conn, claim, pkey, lookup, record, target_ref):
+    """The claim answered unknown (this caller holds the verification lease): look the action up
+    and verify.  -> Done if it was found (recorded with verify in one transaction), None if not
+    found and now retryable.  Raises Unknown while verify_settle has not passed, and re-raises a
+    refused verify (another verifier, a newer attempt) as Superseded."""
+    found = yield Call(lookup, (pkey,))
+    yield Begin()
+    try:
+        if found is not None:
+            result = (yield Call(record, (conn, found))) if record else found
+            ref = target_ref(found) if target_ref else None
+            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, True, ref,
+                                                         to_json(result)))
+        else:
+            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, False, None, None))
+    except InvalidState as refused:
+        yield Rollback()
+        raise Superseded(f'verify of attempt {claim.attempt} of key "{claim.key}" in scope "{claim.scope}" '
+                         f'was refused: {refused.message}') from refused
+    except BaseException:
+        yield Rollback()
+        raise
+    yield Commit()
+    if found is not None:
+        return Done(claim.scope, claim.key, status, claim.attempt, result, ref, verified=True)
+    if status is Status.RETRYABLE:
+        return None
+    raise Unknown(claim, f'key "{claim.key}" in scope "{claim.scope}": not found in the target system, but '
+                         f'verify_settle has not passed since attempt {claim.attempt}; try again later')
+
+
+def translate(err: BaseException) -> BaseException:
+    typed = from_database_error(err)
+    if typed is None:
+        return err
+    typed.__cause__ = err
+    return typed

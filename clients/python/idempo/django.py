@@ -1,0 +1,103 @@
+"""Idempotency-Key middleware for Django, on Django's own connection: the claim, the view's
+ORM writes and complete() commit in one transaction.atomic() block.
+
+settings.py:
+    MIDDLEWARE = [..., 'idempo.django.IdempotencyMiddleware']
+    IDEMPO_ROUTES = {'/orders': Route('http.orders'), '/payments': Route('http.payments', calls_out=True)}
+    IDEMPO_DATABASE = 'default'            # optional
+
+A view finds its Context as request.idempo; in calls_out routes it calls request.idempo.begin()
+after the outside call, before its writes.  Behaviour and the storing rule: idempo.http.
+"""
+from __future__ import annotations
+
+from ._sync import Runner
+from .http import Refusal, Reply, Routes, flow_for
+
+
+class DjangoRunner(Runner):
+    """Transactions as transaction.atomic() blocks, so that Django knows of them (the ORM's own
+    atomic blocks nest as savepoints, on_commit hooks run)."""
+
+    def __init__(self, alias):
+        from django.db import connections
+        self.alias = alias
+        super().__init__(connections[alias])
+        self.blocks = []
+
+    def begin(self):
+        from django.db import transaction
+        block = transaction.atomic(using=self.alias)
+        block.__enter__()
+        self.blocks.append(block)
+
+    def commit(self):
+        self.blocks.pop().__exit__(None, None, None)
+
+    def rollback(self):
+        if not self.blocks:
+            return
+        block = self.blocks.pop()
+        try:
+            err = RuntimeError('rolled back by idempo')
+            block.__exit__(RuntimeError, err, None)
+        except Exception:
+            pass
+
+
+def _django_reply(response) -> Reply:
+    headers = [(n.lower(), v) for n, v in response.items()]
+    for cookie in response.cookies.values():
+        headers.append(('set-cookie', cookie.output(header='').strip()))
+    body = b''.join(response.streaming_content) if getattr(response, 'streaming', False) else response.content
+    return Reply(response.status_code, headers, body)
+
+
+def _http_response(reply: Reply):
+    from django.http import HttpResponse
+    response = HttpResponse(reply.body, status=reply.status)
+    for name, value in reply.headers:
+        if name == 'set-cookie':
+            response.cookies.load(value)
+        elif name != 'content-length':
+            response[name] = value
+    return response
+
+
+class IdempotencyMiddleware:
+    def __init__(self, get_response):
+        from django.conf import settings
+        self.get_response = get_response
+        routes = getattr(settings, 'IDEMPO_ROUTES', {})
+        self.routes = routes if isinstance(routes, Routes) else Routes(routes)
+        self.alias = getattr(settings, 'IDEMPO_DATABASE', 'default')
+
+    def __call__(self, request):
+        route = self.routes.match(request.method, request.path_info)
+        if route is None:
+            return self.get_response(request)
+        headers = [(k[5:].replace('_', '-').lower(), v) for k, v in request.META.items() if k.startswith('HTTP_')]
+        if request.META.get('CONTENT_TYPE'):
+            headers.append(('content-type', request.META['CONTENT_TYPE']))
+        path = request.get_full_path()
+        try:
+            info, key = Routes.prepare(route, request.method, path, headers, request.body)
+        except Refusal as refusal:
+            return _http_response(refusal.reply)
+        runner = DjangoRunner(self.alias)
+
+        def begin(ctx):
+            if not ctx.began:
+                runner.begin()
+                ctx.began = True
+
+        def handler(ctx):
+            ctx._begin = begin
+            request.idempo = ctx
+            return _django_reply(self.get_response(request))
+
+        try:
+            reply = runner.run(flow_for(runner.conn, route, info, key, handler))
+        except Refusal as refusal:
+            reply = refusal.reply
+        return _http_response(reply)

@@ -1,0 +1,42 @@
+"""Idempotency-Key for Flask: the WSGI middleware (idempo.wsgi) installed on the app, and the
+request's Context as idempo.flask.current().
+
+    from idempo.flask import Idempotency, current
+    from idempo.http import Route
+
+    Idempotency(app, routes={'/orders': Route('http.orders')}, connection=connect('dbname=shop'))
+
+    @app.post('/orders')
+    def create_order():
+        conn = current().conn              # the claim's transaction: write here
+        ...
+
+Behaviour and the storing rule: idempo.http.
+"""
+from __future__ import annotations
+
+from typing import Callable, ContextManager, Dict, Optional, Union
+
+from .http import Context, Route, Routes
+from .wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
+
+__all__ = ['Idempotency', 'current', 'connect']
+
+
+class Idempotency:
+    def __init__(self, app=None, *, routes: Union[Dict[str, Route], Routes], connection: Callable[[], ContextManager],
+                 max_body: int = 1 << 20):
+        self.routes, self.connection, self.max_body = routes, connection, max_body
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app):
+        app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
+                                             max_body=self.max_body)
+        app.extensions['idempo'] = self
+
+
+def current() -> Optional[Context]:
+    """The idempo Context of the request being handled (None on a route that is not idempotent)."""
+    from flask import request
+    return request.environ.get(ENVIRON_KEY)

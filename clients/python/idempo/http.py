@@ -1,0 +1,389 @@
+"""Idempotency-Key for HTTP services, the framework-independent part (idempo.asgi, idempo.flask
+and idempo.django are thin adapters over it).
+
+Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Stripe:
+
+  first request                          -> the handler runs; its reply is stored with the key
+  the same request again                 -> the stored status, headers and body, plus
+                                            "Idempotent-Replayed: true"
+  again while the first is still running -> 409 + Retry-After (the claim does not wait)
+  the same key, another method/path/body -> 422 (the conflict is recorded in idempo.conflicts)
+  missing or malformed key               -> 400 (no claim)
+  unknown, in_review, stale, expired     -> 409: a person decides
+
+Which replies are stored (Route.store, default store_default): everything below 500 except the
+statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429).  A reply
+that is not stored leaves no trace: in the one-transaction form the transaction rolls back (the
+handler's writes and the claim with them); in the calls_out form the attempt is failed
+retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import _flow as F
+from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
+
+MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
+REPLAYED = 'idempotent-replayed'
+NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})
+# Not stored and not replayed: they describe one connection, not the reply.
+HOP_BY_HOP = frozenset({'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
+                        'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', REPLAYED})
+
+
+def store_default(status: int) -> bool:
+    """2xx, 3xx and the 4xx a handler decided are stored; 5xx are not (the retry runs again),
+    nor the 4xx that say the request was not taken up (bad request, timeout, conflict, wrong
+    media type, validation, too early, too many requests)."""
+    return status < 500 and status not in NOT_STORED_4XX
+
+
+def store_all(status: int) -> bool:
+    """Every reply is stored, 5xx included (Stripe's rule once the handler has started)."""
+    return True
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: List[Tuple[str, str]]        # names lower case; repeated names kept (set-cookie)
+    body: bytes
+
+    def stored(self) -> dict:
+        """The claim's result: status, headers and body (text, or base64 for other bytes), so a
+        replay is byte for byte the original."""
+        out = {'status': self.status, 'headers': [[n, v] for n, v in self.headers if n not in HOP_BY_HOP]}
+        try:
+            out['body'] = self.body.decode('utf-8')
+        except UnicodeDecodeError:
+            out['body_base64'] = base64.b64encode(self.body).decode('ascii')
+        return out
+
+    @classmethod
+    def from_stored(cls, stored: dict) -> 'Reply':
+        headers = [(n, v) for n, v in (stored['headers'].items() if isinstance(stored['headers'], dict)
+                                       else stored['headers'])]
+        body = (base64.b64decode(stored['body_base64']) if 'body_base64' in stored
+                else stored.get('body', '').encode('utf-8'))
+        return cls(stored['status'], headers + [(REPLAYED, 'true')], body)
+
+    def header(self, name: str) -> Optional[str]:
+        return next((v for n, v in self.headers if n == name), None)
+
+
+def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank') -> Reply:
+    """RFC 9457 problem details, as the draft's examples use."""
+    body = json.dumps({'type': f'{docs}#{slug}' if docs != 'about:blank' else docs, 'title': title,
+                       'status': status, 'detail': detail, 'code': slug}).encode()
+    return Reply(status, [('content-type', 'application/problem+json'), *headers], body)
+
+
+class Refusal(Exception):
+    """Answer at once with a reply that is not stored (bad key, bad body)."""
+
+    def __init__(self, reply: Reply):
+        super().__init__(reply.body.decode('utf-8', 'replace'))
+        self.reply = reply
+
+
+@dataclass
+class RequestInfo:
+    method: str
+    path: str                       # with the query string
+    headers: List[Tuple[str, str]]  # names lower case
+    body: bytes
+    media_type: str = ''
+    json: Any = None
+    is_json: bool = False
+
+    def header_values(self, name: str) -> List[str]:
+        return [v for n, v in self.headers if n == name]
+
+
+@dataclass
+class Route:
+    """One idempotent endpoint.
+
+    scope        the idempo scope of its keys
+    calls_out    False: one transaction (the claim, the handler's writes and complete commit
+                 together; the handler writes through ctx.conn).  True: the claim commits
+                 first, the handler calls the other system (with ctx.provider_key), then
+                 ctx.begin() and its writes, which commit with complete.
+    methods      the methods that need a key (others pass through)
+    key_header   the header carrying the key (None: take it from key_fields)
+    key_fields   JSON body fields ("order.id" for nested ones) whose values make the key
+    tenant       request -> the client or tenant; keys are unique per tenant
+    store        status -> whether the reply is stored (store_default)
+    validate     request -> a Reply refusing it before the claim (the key stays unused), or None
+    on_error     calls_out: 'retry' (fail(retryable): the other system honours the key) or
+                 'doubt' (leave the attempt to its lease: unknown, a person or a lookup decides)
+    lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
+    retry_after  seconds in Retry-After of a busy 409
+    """
+    scope: str
+    calls_out: bool = False
+    methods: Sequence[str] = ('POST',)
+    key_header: Optional[str] = 'Idempotency-Key'
+    key_fields: Optional[Sequence[str]] = None
+    tenant: Optional[Callable[[RequestInfo], Optional[str]]] = None
+    store: Callable[[int], bool] = store_default
+    validate: Optional[Callable[[RequestInfo], Optional[Reply]]] = None
+    on_error: str = 'retry'
+    lease: Any = None
+    retry_after: int = 1
+    docs: str = 'about:blank'
+
+
+@dataclass
+class Context:
+    """What the handler sees (request.state.idempo, flask.g.idempo, request.idempo)."""
+    conn: Any
+    scope: str
+    key: str
+    attempt: int
+    route: Route
+    claim: Claim
+    began: bool = False
+    _begin: Any = None
+
+    @property
+    def provider_key(self) -> str:
+        """The key to pass to the other system (calls_out routes): scope/key."""
+        return f'{self.scope}/{self.key}'
+
+    def begin(self):
+        """calls_out routes: open the transaction in which your writes and complete() commit
+        (call it after the outside call; an awaitable in ASGI apps)."""
+        return self._begin(self)
+
+
+# The draft sends the key as a Structured Field String ("..."); Stripe's clients send it bare.
+SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
+VISIBLE_ASCII = re.compile(r'[\x20-\x7e]+')
+
+
+def _malformed(route, why):
+    return Refusal(problem(400, 'malformed-key', 'Malformed Idempotency-Key', why, docs=route.docs))
+
+
+def _split_list(value: str) -> List[str]:
+    """A field value split at the commas outside quoted strings."""
+    items, start, quoted, escaped = [], 0, False, False
+    for i, ch in enumerate(value):
+        if escaped:
+            escaped = False
+        elif quoted and ch == '\\':
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == ',' and not quoted:
+            items.append(value[start:i])
+            start = i + 1
+    items.append(value[start:])
+    return items
+
+
+def parse_key_header(route: Route, values: List[str]) -> str:
+    if not values:
+        raise Refusal(problem(400, 'missing-key', f'{route.key_header} is missing',
+                              f'This operation requires an {route.key_header} header: a new unique value '
+                              '(a UUID) per operation, the same value when retrying it.', docs=route.docs))
+    # Two headers arrive as two values (ASGI) or joined by ", " (WSGI, and HTTP's own rule for
+    # repeated fields): so a comma outside a quoted string means two keys, refused alike.
+    items = [item for value in values for item in _split_list(value)]
+    if len(items) != 1:
+        raise _malformed(route, f'Send one {route.key_header} header, with one key.')
+    key = items[0].strip()
+    if key.startswith('"'):
+        quoted = SF_STRING.fullmatch(key)
+        if not quoted:
+            raise _malformed(route, 'Not a valid Structured Field String.')
+        key = re.sub(r'\\(["\\])', r'\1', quoted.group(1))
+    if not 0 < len(key) <= MAX_KEY_LENGTH:
+        raise _malformed(route, f'The key must have 1 to {MAX_KEY_LENGTH} characters.')
+    if not VISIBLE_ASCII.fullmatch(key):
+        raise _malformed(route, 'The key must be visible ASCII.')
+    return key
+
+
+def key_from_fields(route: Route, info: RequestInfo) -> str:
+    if not isinstance(info.json, dict):
+        raise Refusal(problem(400, 'missing-key', 'The key fields are missing',
+                              f'Send a JSON object with {", ".join(route.key_fields)}.', docs=route.docs))
+    parts = []
+    for path in route.key_fields:
+        value = info.json
+        for name in path.split('.'):
+            value = value.get(name) if isinstance(value, dict) else None
+        if value is None or isinstance(value, (dict, list)) or value == '':
+            raise Refusal(problem(400, 'missing-key', f'The key field {path} is missing',
+                                  f'Send {", ".join(route.key_fields)} (strings or numbers).', docs=route.docs))
+        parts.append(json.dumps(value) if not isinstance(value, str) else value)
+    return '/'.join(parts)
+
+
+def parse_request(route: Route, method: str, path: str, headers: List[Tuple[str, str]], body: bytes) -> RequestInfo:
+    media_type = next((v for n, v in headers if n == 'content-type'), '').split(';')[0].strip().lower()
+    info = RequestInfo(method.upper(), path, headers, body, media_type)
+    if body and (media_type == 'application/json' or media_type.endswith('+json')):
+        try:
+            info.json, info.is_json = json.loads(body), True
+        except ValueError as err:
+            raise Refusal(problem(400, 'invalid-json', 'The body is not valid JSON', str(err), docs=route.docs))
+    return info
+
+
+def key_of(route: Route, info: RequestInfo) -> str:
+    key = (parse_key_header(route, info.header_values(route.key_header.lower())) if route.key_header
+           else key_from_fields(route, info))
+    if route.tenant is not None:
+        tenant = route.tenant(info)
+        if tenant is None:
+            raise Refusal(problem(401, 'no-tenant', 'Who is asking?', 'Idempotency keys are per client; '
+                                  'this request names none.', docs=route.docs))
+        key = f'{tenant}/{key}'
+    return key
+
+
+# The fingerprint covers method, path (with the query) and body.  A JSON body goes in as its raw
+# text for PostgreSQL to parse, so key order, whitespace and 1 vs 1.0 do not matter and numbers
+# keep every digit; any other body as its media type and SHA-256 (jsonb cannot hold bytes).
+PARAMS_SQL = ("jsonb_build_object('method', %s::text, 'path', %s::text, 'json', %s::jsonb, "
+              "'media_type', %s::text, 'sha256', %s::text)")
+
+
+def params_args(info: RequestInfo) -> tuple:
+    if info.is_json:
+        return (info.method, info.path, info.body.decode('utf-8'), None, None)
+    if not info.body:
+        return (info.method, info.path, None, None, None)
+    return (info.method, info.path, None, info.media_type, hashlib.sha256(info.body).hexdigest())
+
+
+def answer_for(route: Route, claim: Claim) -> Reply:
+    """The reply when the claim did not hand this request the work."""
+    if claim.outcome is Outcome.REPLAY:
+        return Reply.from_stored(claim.result)
+    if claim.outcome is Outcome.BUSY:
+        return problem(409, 'key-in-use', 'A request with this Idempotency-Key is being processed',
+                       'Retry later with the same key.', [('retry-after', str(route.retry_after))], docs=route.docs)
+    if claim.outcome is Outcome.CONFLICT:
+        return problem(422, 'key-reused', 'This Idempotency-Key was used for a different request',
+                       'The key was first used with another method, path or body. Use a new key for a new '
+                       'operation.', docs=route.docs)
+    return problem(409, 'key-in-review', 'The request with this Idempotency-Key needs attention',
+                   f'Its outcome is {claim.outcome.value}; do not retry it under a new key, contact support.',
+                   docs=route.docs)
+
+
+def _invalid_json(err) -> bool:
+    return isinstance(err, InvalidArgument) or sqlstate_of(err) in ('22P02', '22P05', '22025', '22032')
+
+
+def _claim(route, info, key):
+    try:
+        return (yield from F.claim_flow(route.scope, key, params_sql=PARAMS_SQL, params_args=params_args(info),
+                                        wait=False, lease=route.lease, fast=True))
+    except Exception as err:
+        # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
+        if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):
+            raise Refusal(problem(400, 'invalid-json', 'The body is not valid JSON', str(err).split('\n')[0],
+                                  docs=route.docs))
+        raise
+
+
+def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
+    """Claim, the handler and complete in one transaction.  -> Reply."""
+    yield F.Begin()
+    try:
+        claim = yield from _claim(route, info, key)
+        if claim.outcome is not Outcome.ACQUIRED:
+            yield F.Commit()          # a claim may have written (a review, a conflict): keep it
+            return answer_for(route, claim)
+        ctx = Context(conn, route.scope, key, claim.attempt, route, claim, began=True)
+        reply = yield F.Call(handler, (ctx,))
+        if not route.store(reply.status):
+            yield F.Rollback()        # not stored: no trace, the retry runs afresh
+            return reply
+        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored()), None))
+    except BaseException:
+        yield F.Rollback()
+        raise
+    yield F.Commit()
+    return reply
+
+
+def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
+    """The claim commits; the handler calls out, then ctx.begin() and writes; complete commits
+    with the writes.  -> Reply."""
+    yield F.Begin()
+    try:
+        claim = yield from _claim(route, info, key)
+    finally:
+        yield F.Commit()
+    if claim.outcome is not Outcome.ACQUIRED:
+        return answer_for(route, claim)
+    ctx = Context(conn, route.scope, key, claim.attempt, route, claim)
+    try:
+        reply = yield F.Call(handler, (ctx,))
+    except BaseException as err:
+        if ctx.began:
+            yield F.Rollback()
+        yield from _release(route, claim, err)
+        raise
+    if not route.store(reply.status):
+        if ctx.began:
+            yield F.Rollback()
+        yield from _release(route, claim, f'HTTP {reply.status}, not stored')
+        return reply
+    if not ctx.began:
+        yield F.Begin()
+    try:
+        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored()), None))
+    except BaseException as err:
+        yield F.Rollback()
+        yield from _release(route, claim, err)
+        raise
+    yield F.Commit()
+    return reply
+
+
+def _release(route, claim, why):
+    if route.on_error != 'retry':
+        return
+    yield from F.after_error(claim, lambda e: True, True, why if isinstance(why, BaseException) else RuntimeError(why))
+
+
+def flow_for(conn, route: Route, info: RequestInfo, key: str, handler):
+    return (calls_out_flow if route.calls_out else one_transaction_flow)(conn, route, info, key, handler)
+
+
+class Routes:
+    """The idempotent endpoints of an app: {path: Route} (the path without its query)."""
+
+    def __init__(self, routes: Dict[str, Route]):
+        self.routes = dict(routes)
+
+    def match(self, method: str, path: str) -> Optional[Route]:
+        route = self.routes.get(path.split('?', 1)[0])
+        if route is None or method.upper() not in route.methods:
+            return None
+        return route
+
+    @staticmethod
+    def prepare(route: Route, method: str, path: str, headers, body: bytes):
+        """-> (RequestInfo, key); raises Refusal with the reply for a bad key or body."""
+        info = parse_request(route, method, path, headers, body)
+        if route.key_header:                 # a bad key is answered before the body is looked at
+            key_of(route, info)
+        if route.validate is not None:
+            invalid = route.validate(info)
+            if invalid is not None:
+                raise Refusal(invalid)
+        return info, key_of(route, info)

@@ -1,0 +1,117 @@
+"""Idempotency-Key middleware for WSGI apps (Flask, or any other), on a blocking connection
+(psycopg 3 or psycopg2).  idempo.flask wraps it for Flask; behaviour: idempo.http.
+
+    app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes={...}, connection=connect('dbname=shop'))
+
+The handler finds its Context in environ['idempo.context'] (idempo.flask.current() in Flask).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any, Callable, ContextManager, Dict, Union
+
+from ._sync import Runner
+from .http import Refusal, Reply, Route, Routes, flow_for, problem
+
+MAX_BODY_BYTES = 1 << 20
+ENVIRON_KEY = 'idempo.context'
+
+
+def connect(conninfo: str = '', **kwargs) -> Callable[[], ContextManager[Any]]:
+    """A connection factory: one autocommit psycopg 3 connection per request (use a pool in
+    production: psycopg_pool's ConnectionPool.connection fits `connection=` as it is)."""
+    import psycopg
+
+    @contextlib.contextmanager
+    def connection():
+        conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    return connection
+
+
+def _status_line(status: int) -> str:
+    from http import HTTPStatus
+    try:
+        return f'{status} {HTTPStatus(status).phrase}'
+    except ValueError:
+        return f'{status} Unknown'
+
+
+def send_reply(start_response, reply: Reply):
+    headers = [(n, v) for n, v in reply.headers if n != 'content-length']
+    headers.append(('content-length', str(len(reply.body))))
+    start_response(_status_line(reply.status), headers)
+    return [reply.body]
+
+
+class IdempotencyMiddleware:
+    def __init__(self, app, *, routes: Union[Dict[str, Route], Routes], connection: Callable[[], ContextManager],
+                 max_body: int = MAX_BODY_BYTES):
+        self.app = app
+        self.routes = routes if isinstance(routes, Routes) else Routes(routes)
+        self.connection = connection
+        self.max_body = max_body
+        self.version = None
+
+    def __call__(self, environ, start_response):
+        route = self.routes.match(environ['REQUEST_METHOD'], environ.get('PATH_INFO', ''))
+        if route is None:
+            return self.app(environ, start_response)
+        length = environ.get('CONTENT_LENGTH') or '0'
+        if not length.isdigit():
+            return send_reply(start_response, problem(400, 'bad-length', 'Bad Content-Length', length, docs=route.docs))
+        if int(length) > self.max_body:
+            return send_reply(start_response, problem(413, 'too-large', 'Request body too large',
+                                                      f'At most {self.max_body} bytes.', docs=route.docs))
+        body = environ['wsgi.input'].read(int(length)) if int(length) else b''
+        query = environ.get('QUERY_STRING', '')
+        path = environ.get('PATH_INFO', '') + ('?' + query if query else '')
+        headers = [(k[5:].replace('_', '-').lower(), v) for k, v in environ.items() if k.startswith('HTTP_')]
+        if environ.get('CONTENT_TYPE'):
+            headers.append(('content-type', environ['CONTENT_TYPE']))
+        try:
+            info, key = Routes.prepare(route, environ['REQUEST_METHOD'], path, headers, body)
+        except Refusal as refusal:
+            return send_reply(start_response, refusal.reply)
+
+        with self.connection() as conn:
+            runner = Runner(conn)
+            runner.version = self.version        # checked on the first connection: once per app
+
+            def begin(ctx):
+                if not ctx.began:
+                    runner.begin()
+                    ctx.began = True
+
+            def handler(ctx):
+                ctx._begin = begin
+                environ[ENVIRON_KEY] = ctx
+                environ['wsgi.input'] = io.BytesIO(body)
+                return self._run_app(environ)
+
+            try:
+                reply = runner.run(flow_for(conn, route, info, key, handler))
+            except Refusal as refusal:
+                reply = refusal.reply
+            self.version = runner.version
+        return send_reply(start_response, reply)
+
+    def _run_app(self, environ) -> Reply:
+        got = {}
+
+        def start_response(status, headers, exc_info=None):
+            got['status'], got['headers'] = int(status.split(' ', 1)[0]), headers
+            return lambda data: got.setdefault('written', []).append(data)
+
+        result = self.app(environ, start_response)
+        try:
+            body = b''.join([*got.get('written', []), *result])
+        finally:
+            close = getattr(result, 'close', None)
+            if close:
+                close()
+        return Reply(got['status'], [(n.lower(), v) for n, v in got['headers']], body)

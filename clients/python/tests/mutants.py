@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Mutants of the Python library: plausible one-line slips at the lines that make it correct,
+each with the tests that must fail on it (as test/mutation does for the C code, which has no
+runner for Python).  Each mutant is applied to a copy of clients/python, its tests run there
+against the server libpq's variables name; a mutant whose tests pass "survived" and fails this
+run.  A pattern that no longer matches exactly once is STALE and fails too.
+
+usage: tests/mutants.py [ID...]         (from clients/python; prints "N passed, N failed")
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MUTANTS = [
+    # (id, intent, file, find, replace, pytest -k / files)
+    ('busy-enters-block', 'once() lets a busy claim into the block: two callers run it',
+     'idempo/_sync.py', "        if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY):",
+     "        if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY, Outcome.BUSY):",
+     'tests/test_core.py::test_once_busy_raises_or_waits'),
+    ('wait-holds-row-lock', 'a waiting claim keeps the row lock of its busy answer: the holder cannot finish',
+     'idempo/_flow.py', "        yield Sql('ROLLBACK TO SAVEPOINT idempo_wait', None, fetch=False)\n", "",
+     'tests/test_core.py::test_once_busy_raises_or_waits'),
+    ('exit-without-complete', 'the block ends without complete(): the record stays in_progress, nothing to replay',
+     'idempo/_sync.py', "        if exc_type is None and self.acquired and not self._finished:\n            (status,)",
+     "        if False:\n            (status,)", 'tests/test_core.py::test_once_runs_once_and_replays'),
+    ('fast-busy-enters-block', 'the fast path of once() lets a busy claim into the block',
+     'idempo/_sync.py', "            if claim.outcome is not Outcome.ACQUIRED and claim.outcome is not Outcome.REPLAY:",
+     "            if claim.outcome is not Outcome.ACQUIRED and claim.outcome is not Outcome.REPLAY and False:",
+     'tests/test_core.py::test_once_busy_raises_or_waits'),
+    ('fast-claim-no-params', 'the fast path of once() claims without the parameters: a changed request replays',
+     'idempo/_sync.py', "                self.scope, self.key, (F.to_json(self.params),),", "                self.scope, self.key, (None,),",
+     'tests/test_core.py::test_decorator'),
+    ('conflict-without-fields', 'a conflict does not say which fields changed',
+     'idempo/_flow.py', "        if row is not None and row[0] is not None:", "        if False:",
+     'tests/test_core.py::test_once_conflict_carries_id_and_changed_fields'),
+    ('version-any', 'any version of the SQL objects is accepted',
+     'idempo/_flow.py', "    return version is not None and any(", "    return True or any(",
+     'tests/test_core.py::test_version_refused_with_a_clear_message tests/test_flows.py::test_version_flow'),
+    ('sqlstate-untyped', 'a 55000 arrives as the generic DatabaseRefusal',
+     'idempo/_types.py', "_BY_SQLSTATE = {'42704': NotFound, '55000': InvalidState,", "_BY_SQLSTATE = {'42704': NotFound,",
+     'tests/test_flows.py::test_sqlstates_map_to_types tests/test_core.py::test_sqlstates_become_exceptions'),
+    ('doubt-is-retryable', 'an unclear call (a lost reply) frees the key: the next attempt charges again',
+     'idempo/_flow.py', "    return True if honours_key else None", "    return True",
+     'tests/test_flows.py::test_in_doubt_writes_nothing tests/test_lost_replies.py'),
+    ('unknown-runs-again', 'unknown is taken as acquired: the call runs again without a lookup',
+     'idempo/_flow.py', "        if claim.outcome is Outcome.UNKNOWN:\n            if lookup is None:",
+     "        if claim.outcome is Outcome.UNKNOWN:\n            claim = Claim(**{**claim.__dict__, 'outcome': Outcome.ACQUIRED})\n        if False:\n            if lookup is None:",
+     'tests/test_call.py::test_lost_reply_is_in_doubt_then_found_by_lookup'),
+    ('verify-race-raises', 'a refused verify (another verifier won) is raised instead of claiming again',
+     'idempo/_flow.py', "            except Superseded:\n                continue", "            except Superseded:\n                raise",
+     'tests/test_flows.py::test_verify_race_claims_again'),
+    ('no-heartbeat', 'the lease is not extended while the call runs: another worker takes the key over',
+     'idempo/_sync.py', "            self.beat.start()\n", "",
+     'tests/test_call.py::test_heartbeat_keeps_the_lease'),
+    ('decline-not-recorded', 'a final failure is not recorded: the replay does not know it',
+     'idempo/_flow.py', "        if decision is False:        # a final failure", "        if decision is None:        # a final failure",
+     'tests/test_call.py::test_retryable_rule_and_final_failure tests/test_flows.py::test_call_error_rule'),
+    ('replay-unmarked', 'a replayed reply lacks Idempotent-Replayed: true',
+     'idempo/http.py', "        return cls(stored['status'], headers + [(REPLAYED, 'true')], body)",
+     "        return cls(stored['status'], headers, body)",
+     'tests/test_http.py::test_first_request_then_replay_of_status_headers_body'),
+    ('store-5xx', 'a 5xx reply is stored (and the writes before it commit): the retry replays the failure',
+     'idempo/http.py', "    return status < 500 and status not in NOT_STORED_4XX", "    return status not in NOT_STORED_4XX",
+     'tests/test_http.py::test_a_5xx_reply_is_not_stored_and_its_writes_roll_back'),
+    ('tenant-ignored', 'keys are not per client: one client replays another\'s reply',
+     'idempo/http.py', "        key = f'{tenant}/{key}'", "        key = key",
+     'tests/test_http.py::test_keys_are_per_client'),
+    ('path-without-query', 'the fingerprint leaves out the query string',
+     'idempo/asgi.py', "        path = path.decode('latin-1') + ('?' + query.decode('latin-1') if query else '')",
+     "        path = path.decode('latin-1')", 'tests/test_http.py::test_conflict_422 -k asgi'),
+    ('busy-not-409', 'a request while the first runs gets 422 instead of 409 + Retry-After',
+     'idempo/http.py', "        return problem(409, 'key-in-use',", "        return problem(422, 'key-in-use',",
+     'tests/test_http.py::test_busy_409_while_the_first_is_in_its_transaction'),
+    ('calls-out-no-release', 'a failed provider call leaves the attempt in_progress: the retry waits for the lease',
+     'idempo/http.py', "    if route.on_error != 'retry':\n        return", "    if True:\n        return",
+     'tests/test_http.py::test_provider_fails_502_then_attempt_2'),
+]
+
+
+def main(selected):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    passed = failed = 0
+    for mid, intent, path, find, replace, tests in MUTANTS:
+        if selected and mid not in selected:
+            continue
+        with tempfile.TemporaryDirectory(prefix=f'idempo-py-mutant-{mid}-') as work:
+            # the tree's layout: the tests find schema.sql, docs/python.md and idempo.control
+            # at ../../.. from their directory
+            copy = os.path.join(work, 'clients', 'python')
+            shutil.copytree(here, copy, ignore=shutil.ignore_patterns('__pycache__'))
+            shutil.copy(os.path.join(here, '..', '..', 'idempo.control'), work)
+            # the schema and docs the tests read, where they look for them
+            os.makedirs(os.path.join(work, 'test', 'examples', 'http'))
+            shutil.copy(os.path.join(here, '..', '..', 'test', 'examples', 'http', 'schema.sql'),
+                        os.path.join(work, 'test', 'examples', 'http'))
+            os.makedirs(os.path.join(work, 'docs'))
+            shutil.copy(os.path.join(here, '..', '..', 'docs', 'python.md'), os.path.join(work, 'docs'))
+            target = os.path.join(copy, path)
+            text = open(target).read()
+            if text.count(find) != 1:
+                print(f'STALE   {mid}: the pattern matches {text.count(find)} times in {path}')
+                failed += 1
+                continue
+            open(target, 'w').write(text.replace(find, replace))
+            args = []
+            for t in tests.split():
+                args.append(t if t.startswith('-') or args[-1:] == ['-k'] else os.path.join(copy, t))
+            env = {**os.environ, 'PYTHONPATH': copy, 'IDEMPO_TEST_DOCS': os.path.join(work, 'docs', 'python.md')}
+            r = subprocess.run([sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *args],
+                               cwd=os.path.join(copy, 'tests'), env=env, capture_output=True, text=True, timeout=900)
+            last = (r.stdout.strip().splitlines() or [''])[-1]
+            if r.returncode == 0:
+                print(f'SURVIVED {mid}: {intent}\n  {last}')
+                failed += 1
+            elif ' failed' not in last:
+                # an error (a missing file, a fixture) is not a kill: the tests must fail on the slip
+                print(f'ERROR   {mid}: the tests did not run to a failure\n  {last}')
+                failed += 1
+            else:
+                print(f'killed  {mid}: {intent}')
+                passed += 1
+    print(f'{passed} passed, {failed} failed')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(set(sys.argv[1:])))

@@ -1,0 +1,47 @@
+"""The shop as a FastAPI app with idempo.asgi's middleware."""
+import asyncio
+import os
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from idempo.asgi import IdempotencyMiddleware, connect
+
+import common
+
+app = FastAPI()
+app.add_middleware(IdempotencyMiddleware, routes=common.ROUTES,
+                   connection=connect(application_name=os.environ.get('APP_NAME', 'idempo-shop')))
+
+
+@app.post('/orders')
+async def create_order(request: Request):
+    body, conn = await request.json(), request.state.idempo.conn
+    if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
+        return JSONResponse({'detail': 'no such customer'}, status_code=404)
+    cur = await conn.execute(common.ORDER_SQL, common.order_args(body))
+    if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
+        return JSONResponse({'detail': 'try again'}, status_code=503)
+    return JSONResponse(common.row(common.ORDER_COLUMNS, await cur.fetchone()), status_code=201,
+                        headers={'x-order-handler': 'asgi'})
+
+
+@app.post('/reservations')
+async def reserve(request: Request):
+    body, conn = await request.json(), request.state.idempo.conn
+    cur = await conn.execute(common.ORDER_SQL, ['reservation', f"line-{body['line']}", 1])
+    return JSONResponse({'id': (await cur.fetchone())[0]}, status_code=201)
+
+
+@app.post('/payments')
+async def pay(request: Request):
+    body, ctx = await request.json(), request.state.idempo
+    try:
+        charge = await asyncio.to_thread(common.charge_card, body, ctx.provider_key)
+    except Exception:
+        slug, title, detail = common.PAYMENT_FAILED
+        return JSONResponse({'type': f'{common.DOCS}#{slug}', 'title': title, 'status': 502, 'detail': detail},
+                            status_code=502, media_type='application/problem+json')
+    await ctx.begin()              # the payment row and complete() commit together
+    cur = await ctx.conn.execute(common.PAYMENT_SQL, common.payment_args(body, charge))
+    return JSONResponse(common.row(common.PAYMENT_COLUMNS, await cur.fetchone()), status_code=201)

@@ -1,0 +1,43 @@
+"""The shop as a Flask app with idempo.flask."""
+import os
+
+from flask import Flask, jsonify, request
+
+from idempo.flask import Idempotency, connect, current
+
+import common
+
+app = Flask(__name__)
+Idempotency(app, routes=common.ROUTES, connection=connect(application_name=os.environ.get('APP_NAME', 'idempo-shop')))
+
+
+@app.post('/orders')
+def create_order():
+    body = request.get_json()
+    if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
+        return jsonify({'detail': 'no such customer'}), 404
+    order = current().conn.execute(common.ORDER_SQL, common.order_args(body)).fetchone()
+    if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
+        return jsonify({'detail': 'try again'}), 503
+    return jsonify(common.row(common.ORDER_COLUMNS, order)), 201, {'x-order-handler': 'flask'}
+
+
+@app.post('/reservations')
+def reserve():
+    body = request.get_json()
+    (rid,) = current().conn.execute(common.ORDER_SQL, ['reservation', f"line-{body['line']}", 1]).fetchone()[:1]
+    return jsonify({'id': rid}), 201
+
+
+@app.post('/payments')
+def pay():
+    body, ctx = request.get_json(), current()
+    try:
+        charge = common.charge_card(body, ctx.provider_key)
+    except Exception:
+        slug, title, detail = common.PAYMENT_FAILED
+        return jsonify({'type': f'{common.DOCS}#{slug}', 'title': title, 'status': 502, 'detail': detail}), 502, \
+            {'content-type': 'application/problem+json'}
+    ctx.begin()                    # the payment row and complete() commit together
+    payment = ctx.conn.execute(common.PAYMENT_SQL, common.payment_args(body, charge)).fetchone()
+    return jsonify(common.row(common.PAYMENT_COLUMNS, payment)), 201

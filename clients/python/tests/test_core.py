@@ -1,0 +1,275 @@
+"""The blocking API against a real database: typed outcomes and errors, once(), @idempotent,
+the version check, psycopg 3 and psycopg2."""
+import os
+import threading
+import time
+
+import pytest
+
+import idempo
+from idempo import Outcome, Status
+from conftest import new_key
+
+psycopg = pytest.importorskip('psycopg')
+
+
+def count(db, table, where='true', args=()):
+    return db.execute(f'SELECT count(*) FROM {table} WHERE {where}', args).fetchone()[0]
+
+
+@pytest.fixture
+def stock(db):
+    db.execute('CREATE TABLE IF NOT EXISTS stock_moves (key text, qty int)')
+    return lambda key: count(db, 'stock_moves', 'key = %s', [key])
+
+
+def test_version(conn):
+    assert idempo.version(conn) == '0.3.0'
+
+
+def test_claim_outcomes_are_typed(conn, scope):
+    s, k = scope(), new_key()
+    with conn.transaction():
+        first = idempo.claim(conn, s, k, {'qty': 1})
+        assert first.outcome is Outcome.ACQUIRED and first.status is Status.IN_PROGRESS and first.attempt == 1
+        assert first.acquired and not first.replayed
+        assert idempo.complete(conn, s, k, result={'ok': [1, 'x']}, target_ref='R-1') is Status.SUCCEEDED
+    again = idempo.claim(conn, s, k, {'qty': 1})
+    assert again.outcome is Outcome.REPLAY and again.result == {'ok': [1, 'x']} and again.target_ref == 'R-1'
+    assert again.completed_at is not None
+    other = idempo.claim(conn, s, k, {'qty': 2})
+    assert other.outcome is Outcome.CONFLICT and isinstance(other.conflict_id, int)
+
+
+@pytest.mark.parametrize('path', ['flow', 'fast'])
+def test_once_runs_once_and_replays(conn, db, scope, stock, path):
+    s, k = scope(), new_key()
+    runs = []
+    if path == 'fast':
+        idempo.version(conn)                          # checked: once() takes its fast path
+
+    def reserve():
+        with conn.transaction(), idempo.once(conn, s, k, {'sku': 'A-7', 'qty': 2}) as op:
+            if op.acquired:
+                runs.append(1)
+                conn.execute('INSERT INTO stock_moves VALUES (%s, 2)', [k])
+                op.result = {'reserved': 2}
+        return op
+
+    first, second = reserve(), reserve()
+    assert first.acquired and first.status is Status.SUCCEEDED and first.result == {'reserved': 2}
+    assert second.replayed and not second.acquired and second.result == {'reserved': 2}
+    assert runs == [1] and stock(k) == 1
+    assert idempo.lookup(db, s, k).status is Status.SUCCEEDED
+
+
+def test_once_error_rolls_back_the_claim(conn, scope, stock):
+    s, k = scope(), new_key()
+    with pytest.raises(ZeroDivisionError):
+        with conn.transaction(), idempo.once(conn, s, k) as op:
+            conn.execute('INSERT INTO stock_moves VALUES (%s, 1)', [k])
+            1 / 0
+    assert idempo.lookup(conn, s, k) is None and stock(k) == 0
+    with conn.transaction(), idempo.once(conn, s, k) as op:
+        assert op.acquired and op.attempt == 1
+
+
+def test_once_conflict_carries_id_and_changed_fields(conn, db, scope):
+    s, k = scope(store_params=True), new_key()
+    with conn.transaction(), idempo.once(conn, s, k, {'sku': 'A-7', 'qty': 2}):
+        pass
+    with pytest.raises(idempo.Conflict) as caught:
+        with conn.transaction(), idempo.once(conn, s, k, {'sku': 'A-7', 'qty': 5}):
+            pytest.fail('the block must not run on a conflict')
+    err = caught.value
+    assert err.claim.outcome is Outcome.CONFLICT
+    assert err.conflict_id == db.execute('SELECT id FROM idempo.conflicts WHERE scope = %s AND key = %s',
+                                         [s, k]).fetchone()[0]
+    assert err.changed_fields == [{'field': 'qty', 'stored': 2, 'incoming': 5}]
+    assert 'qty' in str(err)
+
+
+def test_once_busy_raises_or_waits(conn, db, dbname, scope):
+    s, k = scope(), new_key()
+    holder = idempo.claim(db, s, k)                   # committed (autocommit): a running lease
+    assert holder.acquired
+    with psycopg.connect(dbname=dbname, autocommit=True) as fresh:     # its first use: the flow
+        with pytest.raises(idempo.Busy):
+            with fresh.transaction(), idempo.once(fresh, s, k):
+                pytest.fail('must not run while busy')
+    idempo.version(conn)                              # checked: once() takes its fast path
+    with pytest.raises(idempo.Busy) as caught:
+        with conn.transaction(), idempo.once(conn, s, k):
+            pytest.fail('must not run while busy')
+    assert caught.value.claim.status is Status.IN_PROGRESS
+    assert 0 < caught.value.retry_after <= 300
+    # wait: the holder completes a moment later; the waiting block then sees the replay
+    timer = threading.Timer(0.3, lambda: idempo.complete(psycopg.connect(autocommit=True), s, k,
+                                                         attempt=1, result={'by': 'holder'}))
+    timer.start()
+    started = time.monotonic()
+    with conn.transaction(), idempo.once(conn, s, k, on_busy='wait', busy_timeout=10) as op:
+        assert not op.acquired
+    timer.join()
+    assert op.replayed and op.result == {'by': 'holder'} and time.monotonic() - started >= 0.25
+    with pytest.raises(idempo.Busy):       # busy_timeout passes
+        k2 = new_key()
+        idempo.claim(db, s, k2)
+        with conn.transaction(), idempo.once(conn, s, k2, on_busy='wait', busy_timeout=0.2):
+            pass
+
+
+def test_once_needs_a_transaction(conn, scope):
+    with pytest.raises(idempo.NoTransaction):
+        with idempo.once(conn, scope(), new_key()):
+            pass
+
+
+def test_replayed_failure(conn, scope):
+    s, k = scope(), new_key()
+    with conn.transaction(), idempo.once(conn, s, k) as op:
+        assert op.fail('card declined', retryable=False) is Status.FAILED
+    with conn.transaction(), idempo.once(conn, s, k) as op:
+        assert op.replayed and op.failed and op.error == 'card declined'
+
+
+def test_decorator(conn, scope, stock):
+    s = scope(store_params=True)
+    runs = []
+
+    @idempo.idempotent(s, key='order_id', params=('sku', 'qty'))
+    def reserve(conn, order_id, sku, qty):
+        runs.append(order_id)
+        conn.execute('INSERT INTO stock_moves VALUES (%s, %s)', [order_id, qty])
+        return {'order': order_id, 'qty': qty}
+
+    k = new_key()
+    with conn.transaction():
+        assert reserve(conn, k, 'A-7', 2) == {'order': k, 'qty': 2}
+    with conn.transaction():
+        assert reserve(conn, k, sku='A-7', qty=2) == {'order': k, 'qty': 2}
+    assert runs == [k] and stock(k) == 1
+    with pytest.raises(idempo.Conflict) as caught, conn.transaction():
+        reserve(conn, k, 'A-7', 3)
+    assert caught.value.changed_fields == [{'field': 'qty', 'stored': 2, 'incoming': 3}]
+
+
+def test_sqlstates_become_exceptions(conn, db, scope):
+    with pytest.raises(idempo.NotFound) as caught, conn.transaction():
+        idempo.claim(conn, 'no.such.scope', 'k')
+    assert caught.value.sqlstate == '42704' and 'no.such.scope' in str(caught.value) and caught.value.hint
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    with pytest.raises(idempo.InvalidArgument), conn.transaction():
+        idempo.claim(conn, scope(), '   ')
+    s, k = scope(on_lease_expiry='retry', lease='1 second'), new_key()
+    assert idempo.claim(db, s, k).attempt == 1
+    db.execute("SET idempo.clock_offset = '2s'")
+    assert idempo.claim(db, s, k).attempt == 2
+    with pytest.raises(idempo.InvalidState) as fenced:
+        idempo.complete(db, s, k, attempt=1)
+    assert fenced.value.sqlstate == '55000'
+    with pytest.raises(idempo.ReadOnly), conn.transaction():
+        conn.execute('SET TRANSACTION READ ONLY')
+        idempo.claim(conn, s, new_key())
+    db.execute('RESET idempo.clock_offset')
+
+
+def test_version_refused_with_a_clear_message(dbname):
+    """A database whose idempo answers another version, and one without idempo at all."""
+    with psycopg.connect(dbname=dbname, autocommit=True) as c:
+        c.execute('BEGIN')
+        c.execute("CREATE OR REPLACE FUNCTION idempo.version() RETURNS text LANGUAGE sql AS $$ SELECT '0.2.0'::text $$")
+        with pytest.raises(idempo.UnsupportedVersion) as caught:
+            idempo.version(c)
+        c.execute('ROLLBACK')
+    assert caught.value.found == '0.2.0' and caught.value.needed == '0.3.0'
+    assert 'the database has idempo 0.2.0' in str(caught.value) and 'needs idempo 0.3.0' in str(caught.value)
+    with psycopg.connect(dbname='postgres', autocommit=True) as c:
+        with pytest.raises(idempo.UnsupportedVersion, match='idempo is not installed in this database'):
+            idempo.claim(c, 's', 'k')
+
+
+def test_psycopg2(dbname, scope, db, stock):
+    psycopg2 = pytest.importorskip('psycopg2')
+    s, k = scope(store_params=True), new_key()
+    c = psycopg2.connect(dbname=dbname)          # psycopg2's default: a transaction opens by itself
+    try:
+        for _ in range(2):
+            with idempo.once(c, s, k, {'qty': 1}) as op:
+                if op.acquired:
+                    c.cursor().execute('INSERT INTO stock_moves VALUES (%s, 1)', [k])
+                    op.result = {'n': 1}
+            c.commit()
+        assert op.replayed and op.result == {'n': 1} and stock(k) == 1
+        with pytest.raises(idempo.Conflict) as caught:
+            with idempo.once(c, s, k, {'qty': 2}):
+                pass
+        c.commit()
+        assert caught.value.changed_fields[0]['field'] == 'qty'
+        with pytest.raises(idempo.NotFound):
+            idempo.claim(c, 'no.such.scope', 'k')
+        c.rollback()
+    finally:
+        c.close()
+
+
+def test_sqlalchemy_session(dbname, scope, stock):
+    sqlalchemy = pytest.importorskip('sqlalchemy')
+    from sqlalchemy.orm import Session
+    host, port, user = os.environ.get('PGHOST', ''), os.environ.get('PGPORT', '5432'), os.environ.get('PGUSER', '')
+    engine = sqlalchemy.create_engine(f'postgresql+psycopg2://{user}@/{dbname}?host={host}&port={port}')
+    s, k = scope(), new_key()
+    try:
+        for _ in range(2):
+            with Session(engine) as session, session.begin():
+                with idempo.once(session, s, k, {'qty': 1}) as op:
+                    if op.acquired:
+                        session.execute(sqlalchemy.text('INSERT INTO stock_moves VALUES (:k, 1)'), {'k': k})
+                        op.result = {'n': 1}
+        assert op.replayed and op.result == {'n': 1} and stock(k) == 1
+        with pytest.raises(ZeroDivisionError):                 # the session's rollback takes the claim
+            with Session(engine) as session, session.begin():
+                with idempo.once(session, s, k + '-2'):
+                    1 / 0
+        with Session(engine) as session:
+            assert idempo.lookup(session, s, k + '-2') is None
+    finally:
+        engine.dispose()
+
+
+def test_async_decorator(dbname, scope):
+    import asyncio
+    import idempo.aio  # noqa: F401
+    s, runs = scope(), []
+
+    @idempo.idempotent(s, key='order_id', params=('qty',))
+    async def reserve(conn, order_id, qty):
+        runs.append(order_id)
+        await conn.execute('INSERT INTO stock_moves VALUES (%s, %s)', [order_id, qty])
+        return {'qty': qty}
+
+    async def main():
+        k = new_key()
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            results = []
+            for _ in range(2):
+                async with conn.transaction():
+                    results.append(await reserve(conn, k, 3))
+            return k, results
+    k, results = asyncio.run(main())
+    assert results == [{'qty': 3}, {'qty': 3}] and runs == [k]
+
+
+def test_django_transaction_atomic(dbname, scope, stock):
+    """once() with Django's connection joins transaction.atomic() (Django 3.2: psycopg2)."""
+    pytest.importorskip('django')
+    import subprocess
+    import sys
+    s, k = scope(), new_key()
+    env = {**os.environ, 'PGDATABASE': dbname,
+           'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
+                                          os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), 'django_atomic.py'), s, k],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stdout + r.stderr
+    assert stock(k) == 1

@@ -1,0 +1,437 @@
+"""The HTTP behaviour table (test/examples/http/README.md) on every framework, over real HTTP
+against a real server: FastAPI under uvicorn (idempo.asgi), Flask and Django under werkzeug's
+threaded server (idempo.flask, idempo.django).  Each framework gets its own database with
+test/examples/http/schema.sql, its server as a child process, and a stand-in payment provider
+that honours Idempotency-Key, as real ones do."""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import idempo
+
+psycopg = pytest.importorskip('psycopg')
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMA = os.path.join(HERE, '..', '..', '..', 'test', 'examples', 'http', 'schema.sql')
+FRAMEWORKS = ['asgi', 'flask', 'django']
+NEEDS = {'asgi': ('fastapi', 'uvicorn'), 'flask': ('flask', 'werkzeug'), 'django': ('django', 'psycopg2', 'werkzeug')}
+
+
+def wait_for(what, condition, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out waiting for {what}')
+        time.sleep(0.02)
+
+
+class Provider:
+    """The outside system of POST /payments.  gate: hold calls; fail_next: answer 503."""
+
+    def __init__(self):
+        self.charges, self.calls, self.waiting, self.fail_next = {}, {}, 0, 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get('Content-Length') or 0))
+                key = self.headers['Idempotency-Key']
+                with provider.lock:
+                    provider.calls[key] = provider.calls.get(key, 0) + 1
+                    provider.waiting += 1
+                provider.gate.wait()
+                with provider.lock:
+                    provider.waiting -= 1
+                    failing = provider.fail_next > 0
+                    provider.fail_next -= failing
+                    charge = None if failing else provider.charges.setdefault(key, {'id': f'ch_{uuid.uuid4()}'})
+                body = json.dumps(charge).encode()
+                try:
+                    self.send_response(503 if failing else 200)
+                    self.send_header('Content-Type', 'application/json')
+                    self.send_header('Content-Length', str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except ConnectionError:
+                    pass
+
+            def log_message(self, format, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f'http://127.0.0.1:{self.server.server_address[1]}'
+
+
+class Service:
+    def __init__(self, kind, dbname, provider):
+        self.kind, self.dbname, self.provider = kind, dbname, provider
+        self.app_name = f'idempo-shop-{kind}'
+        self.start()
+
+    def start(self):
+        env = {**os.environ, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url, 'APP_NAME': self.app_name,
+               # the idempo these tests imported (installed, or the source tree in development)
+               'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
+                                              os.environ.get('PYTHONPATH', '')])}
+        self.process = subprocess.Popen([sys.executable, '-u', os.path.join(HERE, 'shop', 'serve.py'), self.kind],
+                                        stdout=subprocess.PIPE, env=env, text=True)
+        line = self.process.stdout.readline()
+        if not line.startswith('listening on http://127.0.0.1:'):
+            self.process.kill()
+            raise RuntimeError(f'the {self.kind} service did not start: {line!r}')
+        self.port = int(line.rsplit(':', 1)[1])
+        wait_for('the service to accept connections', self.accepts)
+
+    def accepts(self):
+        try:
+            c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=1)
+            c.request('GET', '/health')
+            c.getresponse().read()
+            c.close()
+            return True
+        except OSError:
+            return False
+
+    def kill(self):
+        self.process.kill()             # SIGKILL: no cleanup, no goodbye
+        self.process.wait(10)
+
+    def post(self, target, body, key=None, content_type='application/json', headers=()):
+        """POST over a fresh connection; key may be a list (several headers).  -> (status, headers, body)"""
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=30)
+        try:
+            conn.putrequest('POST', target)
+            conn.putheader('Content-Type', content_type)
+            conn.putheader('Content-Length', str(len(data)))
+            for k in ([] if key is None else key if isinstance(key, list) else [key]):
+                conn.putheader('Idempotency-Key', k)
+            for name, value in headers:
+                conn.putheader(name, value)
+            conn.endheaders(data)
+            answer = conn.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read().decode()
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope='module', params=FRAMEWORKS)
+def shop(request, dbname):
+    for module in NEEDS[request.param]:
+        pytest.importorskip(module)
+    name = f'{dbname}_{request.param}'
+    with psycopg.connect(dbname='postgres', autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    db = psycopg.connect(dbname=name, autocommit=True)
+    db.execute(open(SCHEMA).read())
+    if os.environ.get('IDEMPO_TEST_SHIM') == '1':
+        db.execute(open(os.path.join(HERE, 'shim.sql')).read())
+    provider = Provider()
+    service = Service(request.param, name, provider)
+    yield service, db, provider
+    service.process.terminate()
+    service.process.wait(10)
+    provider.server.shutdown()
+    db.close()
+    with psycopg.connect(dbname='postgres', autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+def one(db, sql, args=()):
+    row = db.execute(sql, args).fetchone()
+    return row[0] if row else None
+
+
+def new_key():
+    return str(uuid.uuid4())
+
+
+def orders_of(db, customer):
+    return one(db, 'SELECT count(*) FROM shop.orders WHERE customer = %s', [customer])
+
+
+def status_of(db, scope, key):
+    return one(db, 'SELECT status::text FROM idempo.lookup(%s, %s)', [scope, key])
+
+
+def expect(actual, expected):
+    assert actual == expected, f'got {actual}, expected {expected}'
+
+
+def test_first_request_then_replay_of_status_headers_body(shop):
+    service, db, _ = shop
+    key, who = new_key(), f'ada-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 2}
+    status, headers, body = service.post('/orders', order, key)
+    assert status == 201, (status, body)
+    assert {**json.loads(body), 'id': None} == {**order, 'id': None} and type(json.loads(body)['id']) is int
+    assert headers['x-order-handler'] == service.kind and 'idempotent-replayed' not in headers
+    # the same request again: reordered, reformatted, 2.0 for 2 -- the same fingerprint
+    again = json.dumps({'qty': 2.0, 'sku': 'A-7', 'customer': who}, indent=1)
+    status2, headers2, body2 = service.post('/orders', again, key)
+    assert (status2, body2) == (201, body)
+    assert headers2['idempotent-replayed'] == 'true' and headers2['x-order-handler'] == service.kind
+    assert headers2['content-type'] == headers['content-type']
+    assert orders_of(db, who) == 1
+    # the draft's quoted form names the same key
+    status3, headers3, _ = service.post('/orders', order, f'"{key}"')
+    assert status3 == 201 and headers3['idempotent-replayed'] == 'true'
+
+
+def test_conflict_422(shop):
+    service, db, _ = shop
+    key, who = new_key(), f'cy-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 2}
+    expect(service.post('/orders', order, key)[0], 201)
+    status, headers, _ = service.post('/orders', {**order, 'qty': 5}, key)
+    assert status == 422 and headers['content-type'] == 'application/problem+json'
+    assert one(db, "SELECT count(*) FROM idempo.conflicts WHERE scope = 'http.orders' AND key = %s",
+               [f'anonymous/{key}']) == 1
+    expect(service.post('/orders?coupon=x', order, key)[0], 422)        # another path (a query)
+    assert orders_of(db, who) == 1
+
+
+def test_missing_and_malformed_keys_400(shop):
+    service, db, _ = shop
+    who = f'nokey-{service.kind}'
+    status, _, body = service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1})
+    assert status == 400 and json.loads(body)['type'].endswith('#missing-key'), (status, body)
+    for bad in ['k' * 256, '', '""', 'a,b', 'kéy'.encode().decode('latin-1'), '"unterminated', [new_key(), new_key()]]:
+        assert service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, bad)[0] == 400, bad
+    assert orders_of(db, who) == 0
+    expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, 'k' * 255 + service.kind[:0])[0], 201)
+
+
+def test_invalid_bodies_use_no_key(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'bo-{service.kind}'
+    expect(service.post('/orders', '{"customer": "bo",', k)[0], 400)
+    expect(service.post('/orders', 'customer=bo', k, content_type='text/plain')[0], 415)
+    expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 0}, k)[0], 400)
+    expect(service.post('/orders', r'{"customer": "bo\u0000", "sku": "A-7", "qty": 1}', k)[0], 400)
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, k)[0], 201)
+
+
+def test_busy_409_while_the_first_is_in_its_transaction(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'dee-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    with psycopg.connect(dbname=service.dbname) as locker, ThreadPoolExecutor(1) as pool:
+        locker.execute('LOCK TABLE shop.orders IN SHARE MODE')     # the first request's INSERT waits
+        first = pool.submit(service.post, '/orders', body, k)
+        wait_for('the first request to wait inside its transaction', lambda: one(
+            db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO shop.orders%%'", [service.app_name]) == 1)
+        status, headers, _ = service.post('/orders', body, k)
+        assert status == 409 and headers['retry-after'] == '1', status
+        locker.commit()
+        expect(first.result()[0], 201)
+    status, headers, _ = service.post('/orders', body, k)
+    assert status == 201 and headers['idempotent-replayed'] == 'true'
+    assert orders_of(db, who) == 1
+
+
+def _simulated_failure(db, table, condition):
+    db.execute("CREATE OR REPLACE FUNCTION shop.simulated_failure() RETURNS trigger LANGUAGE plpgsql "
+               "AS $$BEGIN RAISE EXCEPTION 'simulated failure'; END$$")
+    db.execute(f'CREATE TRIGGER simulated_failure BEFORE INSERT ON shop.{table} FOR EACH ROW '
+               f'WHEN ({condition}) EXECUTE FUNCTION shop.simulated_failure()')
+
+
+def _end_simulated_failure(db):
+    db.execute('DROP FUNCTION shop.simulated_failure() CASCADE')
+
+
+def test_handler_error_500_is_not_stored(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'eve-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    _simulated_failure(db, 'orders', f"NEW.customer = '{who}'")
+    try:
+        expect(service.post('/orders', body, k)[0], 500)
+        assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    finally:
+        _end_simulated_failure(db)
+    status, headers, _ = service.post('/orders', body, k)
+    assert status == 201 and 'idempotent-replayed' not in headers
+    assert orders_of(db, who) == 1
+
+
+def test_a_5xx_reply_is_not_stored_and_its_writes_roll_back(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'flaky-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    for _ in range(2):
+        status, headers, _ = service.post('/orders', body, k)
+        assert status == 503 and 'idempotent-replayed' not in headers, status
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    assert orders_of(db, who) == 0
+
+
+def test_a_4xx_the_handler_decided_is_stored(shop):
+    service, db, _ = shop
+    k = new_key()
+    body = {'customer': 'nobody', 'sku': 'A-7', 'qty': 1}
+    status, headers, first = service.post('/orders', body, k)
+    assert status == 404 and 'idempotent-replayed' not in headers
+    assert status_of(db, 'http.orders', f'anonymous/{k}') == 'succeeded'
+    status, headers, again = service.post('/orders', body, k)
+    assert (status, again, headers['idempotent-replayed']) == (404, first, 'true')
+
+
+def test_keys_are_per_client(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'fay-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    expect(service.post('/orders', body, k, headers=[('X-Client', 'acme')])[0], 201)
+    status, headers, _ = service.post('/orders', body, k, headers=[('X-Client', 'globex')])
+    assert status == 201 and 'idempotent-replayed' not in headers         # another client's key
+    assert service.post('/orders', body, k, headers=[('X-Client', 'acme')])[1]['idempotent-replayed'] == 'true'
+    assert orders_of(db, who) == 2
+    assert status_of(db, 'http.orders', f'acme/{k}') == 'succeeded'
+
+
+def test_key_from_payload_fields(shop):
+    service, db, _ = shop
+    line = f'{service.kind}-{uuid.uuid4().hex[:6]}'
+    status, headers, first = service.post('/reservations', {'order_id': 7, 'line': line})
+    assert status == 201 and 'idempotent-replayed' not in headers, (status, first)
+    status, headers, again = service.post('/reservations', {'line': line, 'order_id': 7})
+    assert (status, again, headers['idempotent-replayed']) == (201, first, 'true')
+    assert status_of(db, 'http.orders', f'7/{line}') == 'succeeded'
+    expect(service.post('/reservations', {'order_id': 7})[0], 400)
+    assert orders_of(db, 'reservation') >= 1
+    assert one(db, "SELECT count(*) FROM shop.orders WHERE sku = %s", [f'line-{line}']) == 1
+
+
+def test_fifty_concurrent_duplicates_run_once(shop):
+    service, db, _ = shop
+    k, who = new_key(), f'gus-{service.kind}'
+    body = {'customer': who, 'sku': 'A-7', 'qty': 3}
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(lambda _: service.post('/orders', body, k), range(50)))
+    statuses = sorted(a[0] for a in answers)
+    assert set(statuses) <= {201, 409}, statuses
+    fresh = [a for a in answers if a[0] == 201 and 'idempotent-replayed' not in a[1]]
+    assert len(fresh) == 1, statuses
+    assert all(a[2] == fresh[0][2] for a in answers if a[0] == 201)
+    assert orders_of(db, who) == 1
+
+
+def test_payments_two_transactions(shop):
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 101, 'amount_cents': 1250}
+    status, headers, paid = service.post('/payments', body, k)
+    assert status == 201, (status, paid)
+    status, headers, again = service.post('/payments', body, k)
+    assert (status, again, headers['idempotent-replayed']) == (201, paid, 'true')
+    assert provider.calls[f'http.payments/anonymous/{k}'] == 1
+    assert one(db, 'SELECT count(*) FROM shop.payments WHERE charge_id = %s', [json.loads(paid)['charge_id']]) == 1
+
+
+def test_busy_during_the_provider_call(shop):
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 102, 'amount_cents': 990}
+    provider.gate.clear()
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            first = pool.submit(service.post, '/payments', body, k)
+            wait_for('the provider call to be in flight', lambda: provider.waiting == 1)
+            assert status_of(db, 'http.payments', f'anonymous/{k}') == 'in_progress'
+            expect(service.post('/payments', body, k)[0], 409)
+            expect(service.post('/payments', {**body, 'amount_cents': 1}, k)[0], 422)
+        finally:
+            provider.gate.set()
+        expect(first.result()[0], 201)
+    assert service.post('/payments', body, k)[1]['idempotent-replayed'] == 'true'
+
+
+def test_provider_fails_502_then_attempt_2(shop):
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 103, 'amount_cents': 500}
+    provider.fail_next = 1
+    expect(service.post('/payments', body, k)[0], 502)
+    assert status_of(db, 'http.payments', f'anonymous/{k}') == 'retryable'
+    expect(service.post('/payments', body, k)[0], 201)
+    assert one(db, "SELECT attempt FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']) == 2
+
+
+def test_attempts_exhausted_409_review(shop):
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 106, 'amount_cents': 300}
+    provider.fail_next = 5
+    for attempt in range(1, 6):
+        assert service.post('/payments', body, k)[0] == 502, attempt
+    status, _, stuck = service.post('/payments', body, k)
+    assert status == 409 and json.loads(stuck)['type'].endswith('#key-in-review'), (status, stuck)
+    assert status_of(db, 'http.payments', f'anonymous/{k}') == 'in_review'
+
+
+def test_error_after_the_call_500_then_the_same_charge(shop):
+    service, db, provider = shop
+    k = new_key()
+    order_id = 10400 + FRAMEWORKS.index(service.kind)
+    body = {'order_id': order_id, 'amount_cents': 4242}
+    _simulated_failure(db, 'payments', f'NEW.order_id = {order_id}')
+    try:
+        expect(service.post('/payments', body, k)[0], 500)
+        assert status_of(db, 'http.payments', f'anonymous/{k}') == 'retryable'
+    finally:
+        _end_simulated_failure(db)
+    status, _, retry = service.post('/payments', body, k)
+    assert status == 201, (status, retry)
+    assert json.loads(retry)['charge_id'] == provider.charges[f'http.payments/anonymous/{k}']['id']
+    assert provider.calls[f'http.payments/anonymous/{k}'] == 2
+
+
+def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
+    """kill -9 of the service while the provider call is in flight: 409 until the lease runs
+    out, then the retry takes over as attempt 2 and gets the same charge; one payment."""
+    service, db, provider = shop
+    k = new_key()
+    order_id = 10500 + FRAMEWORKS.index(service.kind)
+    body = {'order_id': order_id, 'amount_cents': 700}
+    db.execute("SELECT idempo.alter_scope('http.payments', lease => '8 seconds')")
+    provider.gate.clear()
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            doomed = pool.submit(service.post, '/payments', body, k)
+            wait_for('the provider call to be in flight', lambda: provider.waiting == 1)
+            service.kill()
+            assert isinstance(doomed.exception(10), (ConnectionError, http.client.HTTPException))
+            service.start()
+        finally:
+            provider.gate.set()
+            db.execute("SELECT idempo.alter_scope('http.payments', lease => '30 seconds')")
+    # the dead attempt's lease still runs: 409 (the restart takes well under its 8 seconds)
+    assert one(db, "SELECT lease_expires_at > idempo.now() FROM idempo.lookup('http.payments', %s)",
+               [f'anonymous/{k}'])
+    status, headers, _ = service.post('/payments', body, k)
+    assert status == 409 and headers['retry-after'] == '1', status
+    wait_for('the lease to run out', lambda: one(
+        db, "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() "
+            "FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']))
+    status, _, retry = service.post('/payments', body, k)
+    assert status == 201, (status, retry)
+    assert one(db, "SELECT attempt FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']) == 2
+    assert json.loads(retry)['charge_id'] == provider.charges[f'http.payments/anonymous/{k}']['id']
+    assert one(db, 'SELECT count(*) FROM shop.payments WHERE order_id = %s', [order_id]) == 1
