@@ -106,6 +106,7 @@ function call(fn, args) {
   return { text: `${fn}(${names.join(', ')})`, values };
 }
 
+const UNSETTLED = Symbol('unsettled');
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // How long to wait before asking again: until the holder's lease ends (idempo's clock), but
@@ -355,6 +356,7 @@ class Idempo {
     await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
     let lastBusy = null;
+    let waits = 0;
     for (let round = 0; round < maxRounds; round += 1) {
       const claim = await this.claim(scope, key, { ...claimOptions, wait: true });
       switch (claim.outcome) {
@@ -366,13 +368,26 @@ class Idempo {
         }
         case Outcome.UNKNOWN: {
           const settled = await this._settle(scope, key, claim, { lookup, record, targetRef });
+          if (settled === UNSETTLED) {
+            // not found, but too early to believe it (verify_settle): wait or say so
+            if (onBusy === 'wait' && Date.now() < deadline) {
+              await sleep(backoff(waits, null, deadline));
+              waits += 1;
+              round -= 1;
+              continue;
+            }
+            throw new UnknownOutcomeError(`attempt ${claim.attempt} of key "${key}" in scope "${scope}" was not found `
+              + "in the target system, but too recently to be sure (the scope's verify_settle): try again later",
+            claim, { scope, key });
+          }
           if (settled) return settled;
           continue;      // not found, verified retryable (or refused: another verifier won): ask again
         }
         case Outcome.BUSY:
           lastBusy = claim;
           if (onBusy === 'wait' && Date.now() < deadline) {
-            await sleep(backoff(round, claim, deadline));
+            await sleep(backoff(waits, claim, deadline));
+            waits += 1;
             round -= 1;          // waiting is not a round
             continue;
           }
@@ -453,7 +468,8 @@ class Idempo {
   }
 
   // claim answered `unknown` (this worker holds the verification lease): look the action up
-  // and verify.  Returns Done when found, null when the key should be claimed again.
+  // and verify.  Returns Done when found, null when the key should be claimed again, UNSETTLED
+  // when it was not found but verify_settle has not passed yet.
   async _settle(scope, key, claim, { lookup, record, targetRef }) {
     if (typeof lookup !== 'function') throw outcomeError(claim, scope, key);
     const ctx = { scope, key, attempt: claim.attempt, signal: new AbortController().signal };
@@ -469,13 +485,7 @@ class Idempo {
         return await this._record(scope, key, claim.attempt, found, { record, targetRef, ctx, how: 'verify' });
       }
       const status = await this.verify(scope, key, claim.attempt, false);
-      if (status === Status.UNKNOWN) {
-        // not found, but too early to believe it (verify_settle): in doubt until then
-        throw new UnknownOutcomeError(`attempt ${claim.attempt} of key "${key}" in scope "${scope}" was not found `
-          + "in the target system, but too recently to be sure (the scope's verify_settle): try again later",
-        claim, { scope, key });
-      }
-      return null;
+      return status === Status.UNKNOWN ? UNSETTLED : null;
     } catch (err) {
       // the verify race: a newer attempt or another verifier got there first; claim again
       if (err instanceof LeaseLostError || err instanceof StateError) return null;
