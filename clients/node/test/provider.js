@@ -6,12 +6,14 @@
 //   drop-reply     the charge is made, then the connection is cut (a lost reply)
 //   late           the connection is cut at once, the charge is made lateMs later (in flight)
 //   decline        402, nothing done
+// With dedupe, a key charged already gets its first charge back (as real providers do);
+// state.failNext answers 503 that many times; state.gate (a promise) holds calls.
 // GET /charges?key=K is the lookup: 200 {id} or 404.
 const http = require('node:http');
 const crypto = require('node:crypto');
 
-function startProvider({ faults = {}, lateMs = 300 } = {}) {
-  const state = { actions: new Map(), charges: new Map(), requests: 0, lookups: 0, gate: null };
+function startProvider({ faults = {}, lateMs = 300, dedupe = false } = {}) {
+  const state = { actions: new Map(), charges: new Map(), requests: 0, lookups: 0, gate: null, failNext: 0, waiting: 0 };
   const pick = (forced) => {
     if (forced) return forced;
     let r = Math.random();
@@ -41,7 +43,19 @@ function startProvider({ faults = {}, lateMs = 300 } = {}) {
       state.requests += 1;
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
       const key = req.headers['idempotency-key'];
-      if (state.gate) await state.gate;
+      if (state.gate) {
+        state.waiting += 1;
+        await state.gate;
+        state.waiting -= 1;
+      }
+      if (state.failNext > 0) {
+        state.failNext -= 1;
+        return res.writeHead(503).end();
+      }
+      // dedupe: honours Idempotency-Key as real providers do (the answer of the first charge)
+      if (dedupe && state.charges.has(key)) {
+        return res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify(state.charges.get(key)));
+      }
       const fault = pick(body.fault);
       if (fault === 'drop-request') return req.socket.destroy();
       if (fault === 'decline') return res.writeHead(402, { 'content-type': 'application/json' }).end('{"error":"declined"}');

@@ -47,3 +47,26 @@ async function main(): Promise<void> {
   console.log(replayed, orderId, chargeId, status, until);
 }
 void main;
+
+// The middleware, typed as Express and Fastify applications use them.
+import express from 'express';
+import Fastify from 'fastify';
+import { idempotency } from 'idempo/express';
+import idempoFastify from 'idempo/fastify';
+
+async function web(idem: idempo.Idempo<PoolClient>): Promise<void> {
+  const app = express();
+  app.post('/orders', express.json(), idempotency(idem, { scope: 'http.orders', tenant: (req) => req.headers['x-tenant'] as string }),
+    async (req, res) => {
+      const tx = req.idempotency?.tx as PoolClient;
+      await tx.query('SELECT 1');
+      res.status(201).json({ ok: true });
+    });
+  const f = Fastify();
+  await f.register(idempoFastify, { idem, store: (status) => status < 300 });
+  f.post('/orders', { config: { idempotency: { scope: 'http.orders', key: { fields: ['order_id'] } } } }, async (request, reply) => {
+    const attempt: number | null | undefined = request.idempotency?.attempt;
+    return reply.code(201).send({ attempt });
+  });
+}
+void web;
