@@ -80,6 +80,7 @@ typedef struct ClaimArgs
 	TimestampTz intent_at;
 	bool		wait;
 	bool		complete_on_commit;
+	Interval	lease;			/* the lease this claim takes: claim(..., lease) or the scope's */
 	bool		read_only;		/* a read-only transaction, a standby or a subscriber: answers only */
 	TimestampTz now;
 	Oid			user;
@@ -130,7 +131,7 @@ row_acquire(OpRow *r, const ClaimArgs *a)
 		TimestampTz review_at = op_review_at(r, s);
 
 		r->status = STATUS_IN_PROGRESS;
-		r->lease_expires_at = idempo_time_plus(a->now, &s->lease);
+		r->lease_expires_at = idempo_time_plus(a->now, &a->lease);
 		r->completed_at = DT_NOBEGIN;
 		r->expires_at = DT_NOBEGIN;
 		r->sweep_at = Min(r->lease_expires_at, review_at);
@@ -295,7 +296,7 @@ decide_unknown(const ClaimArgs *a, OpRow *r, bool *took)
 	if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at) && r->lease_expires_at > a->now)
 		return verify_lease_mine(a, r) ? OUTCOME_UNKNOWN : OUTCOME_BUSY;
 	must_write(a, "its outcome is unknown, and the one caller who looks it up takes a verification lease on it");
-	r->lease_expires_at = idempo_time_plus(a->now, &a->scope->lease);
+	r->lease_expires_at = idempo_time_plus(a->now, &a->lease);
 	*took = true;
 	return OUTCOME_UNKNOWN;
 }
@@ -733,8 +734,24 @@ bool_arg(FunctionCallInfo fcinfo, int argno, const char *name, const ClaimArgs *
 }
 
 /*
+ * claim(..., lease): the lease this claim takes instead of the scope's, for
+ * the attempt it acquires or the verification lease of an unknown outcome
+ * (bounded as the scope's own: idempo_lease_check()).  NULL, and the SQL
+ * objects of 0.1.0/0.2.0 (whose claim has no such argument): the scope's.
+ */
+static void
+lease_arg(FunctionCallInfo fcinfo, int argno, ClaimArgs *a)
+{
+	a->lease = a->scope->lease;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	a->lease = *PG_GETARG_INTERVAL_P(argno);
+	idempo_lease_check(&a->lease, a->scope, a->key, "lease", "claim");
+}
+
+/*
  * idempo.claim(scope, key, params, fingerprint, run_id, intent_at, wait,
- *				complete_on_commit) RETURNS idempo.claim_result
+ *				complete_on_commit, lease) RETURNS idempo.claim_result
  */
 Datum
 idempo_claim(PG_FUNCTION_ARGS)
@@ -789,6 +806,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 	idempo_scope_check_use(a.scope, a.key, a.user);
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
+	lease_arg(fcinfo, 8, &a);
 
 	/*
 	 * A run id passed by position lands in fingerprint; but fingerprint may

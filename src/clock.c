@@ -27,6 +27,7 @@
 #include "idempo.h"
 
 #include "common/int.h"
+#include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -204,4 +205,50 @@ Datum
 idempo_clock_now(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TIMESTAMPTZ(idempo_now());
+}
+
+/* An interval as SQL prints it, for messages. */
+static char *
+interval_text(const Interval *iv)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(iv)));
+}
+
+/*
+ * Refuses (22023) a lease given to one call -- claim(..., lease),
+ * heartbeat(..., extend) -- that the scope's own lease could not be
+ * (check_scope()): not positive, a part that runs backwards (it is added to
+ * a time part by part, idempo_time_plus()), or not shorter than the scope's
+ * retention: unfinished work goes to review when the retention runs out, so
+ * a longer lease would never be used.  name and call name the argument and
+ * the function in the message.
+ */
+void
+idempo_lease_check(const Interval *iv, const IdempoScope *scope, const char *key,
+				   const char *name, const char *call)
+{
+	Interval	zero;
+
+	memset(&zero, 0, sizeof(zero));
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(iv),
+										  IntervalPGetDatum(&zero))) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s of the %s of key \"%s\" in scope \"%s\" must be positive, not %s",
+						name, call, key, scope->name, interval_text(iv)),
+				 errhint("Pass how long this attempt may run before its outcome counts as unknown, or leave %s out for the scope's (%s).",
+						 name, interval_text(&scope->lease))));
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(iv),
+										  IntervalPGetDatum(&scope->retention))) >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s %s of the %s of key \"%s\" in scope \"%s\" is not shorter than the scope's retention (%s)",
+						name, interval_text(iv), call, key, scope->name, interval_text(&scope->retention)),
+				 errhint("Unfinished work goes to review when the retention runs out: a lease that outlives it would never be used.")));
+	if (iv->month < 0 || iv->day < 0 || iv->time < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s of the %s of key \"%s\" in scope \"%s\" has a part that runs backwards: %s",
+						name, call, key, scope->name, interval_text(iv)),
+				 errhint("Give no part a negative sign, e.g. '1 day' rather than '1 mon -29 days'.")));
 }

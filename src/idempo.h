@@ -251,6 +251,9 @@ extern TimestampTz idempo_now(void);
 extern TimestampTz idempo_time_add(TimestampTz t, int64 usecs);
 extern TimestampTz idempo_time_plus(TimestampTz t, const Interval *iv);
 extern int64 idempo_interval_usecs(const Interval *iv);
+struct IdempoScope;
+extern void idempo_lease_check(const Interval *iv, const struct IdempoScope *scope, const char *key,
+							   const char *name, const char *call);
 
 /* ---- txn_attempts.c: the attempts this transaction acquired ---- */
 

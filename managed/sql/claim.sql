@@ -612,7 +612,8 @@ CREATE FUNCTION idempo.claim(
     run_id             text        DEFAULT NULL,
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
-    complete_on_commit boolean     DEFAULT false)
+    complete_on_commit boolean     DEFAULT false,
+    lease              interval    DEFAULT NULL)
     RETURNS idempo.claim_result
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -655,6 +656,30 @@ BEGIN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
             CASE WHEN wait IS NULL THEN 'wait' ELSE 'complete_on_commit' END, k, s.name
             USING ERRCODE = '22004', HINT = 'Pass true or false, or leave the argument out for its default.';
+    END IF;
+    -- claim(..., lease): the lease this claim takes instead of the scope's (claim.c: lease_arg);
+    -- s is this call's copy of the scope, so every lease written below is this one
+    IF claim.lease IS NOT NULL THEN
+        IF claim.lease <= '0'::interval THEN
+            RAISE EXCEPTION 'lease of the claim of key "%" in scope "%" must be positive, not %', k, s.name, claim.lease
+                USING ERRCODE = '22023',
+                      HINT = format('Pass how long this attempt may run before its outcome counts as unknown, or leave lease out for the scope''s (%s).', s.lease);
+        END IF;
+        IF claim.lease >= s.retention THEN
+            RAISE EXCEPTION 'lease % of the claim of key "%" in scope "%" is not shorter than the scope''s retention (%)',
+                claim.lease, k, s.name, s.retention
+                USING ERRCODE = '22023',
+                      HINT = 'Unfinished work goes to review when the retention runs out: a lease that outlives it would never be used.';
+        END IF;
+        IF extract(year FROM claim.lease) * 12 + extract(month FROM claim.lease) < 0 OR extract(day FROM claim.lease) < 0
+           OR extract(epoch FROM claim.lease - make_interval(months => (extract(year FROM claim.lease) * 12
+                                                                        + extract(month FROM claim.lease))::int,
+                                                             days => extract(day FROM claim.lease)::int)) < 0 THEN
+            RAISE EXCEPTION 'lease of the claim of key "%" in scope "%" has a part that runs backwards: %', k, s.name, claim.lease
+                USING ERRCODE = '22023',
+                      HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
+        END IF;
+        s.lease := claim.lease;
     END IF;
     IF claim.fingerprint IS NOT NULL AND (params IS NOT NULL OR octet_length(claim.fingerprint) <> 32) THEN
         fp_text := idempo.managed_bytea_text(claim.fingerprint);

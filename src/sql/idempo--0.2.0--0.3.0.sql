@@ -726,3 +726,65 @@ CREATE OR REPLACE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
     WHERE s.value IS DISTINCT FROM i.value
     ORDER BY 1
 $$;
+
+------------------------------------------------------------------------------------------------
+-- The SQL API the client libraries need (issue 28): idempo.version(), claim(..., lease)
+------------------------------------------------------------------------------------------------
+
+CREATE FUNCTION idempo.version() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT '0.3.0'::text $$;
+COMMENT ON FUNCTION idempo.version() IS 'The version of idempo''s installed SQL objects.';
+REVOKE ALL ON FUNCTION idempo.version() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
+
+-- claim() gains lease (the lease this claim takes instead of the scope's), so it is dropped and
+-- created again; as for create_scope() above, an EXECUTE right granted on it is named, not carried.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee,
+                    a.is_grantable
+             FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+             WHERE p.pronamespace = 'idempo'::pg_catalog.regnamespace
+               AND p.proname = 'claim'
+               AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+             ORDER BY 1
+    LOOP
+        RAISE WARNING 'idempo.claim() gains a parameter in 0.3.0: the EXECUTE right of % on it is not carried over',
+            r.grantee
+            USING HINT = pg_catalog.format('Grant it again after the update: GRANT EXECUTE ON FUNCTION idempo.claim TO %s%s;',
+                                           r.grantee,
+                                           CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+DROP FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean);
+CREATE FUNCTION idempo.claim(
+    scope              text,
+    key                text,
+    params             jsonb       DEFAULT NULL,
+    fingerprint        bytea       DEFAULT NULL,
+    run_id             text        DEFAULT NULL,
+    intent_at          timestamptz DEFAULT NULL,
+    wait               boolean     DEFAULT true,
+    complete_on_commit boolean     DEFAULT false,
+    lease              interval    DEFAULT NULL)
+    RETURNS idempo.claim_result
+    AS 'MODULE_PATHNAME', 'idempo_claim'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval) FROM PUBLIC;
+
+-- heartbeat(): a running attempt extends its lease (src/heartbeat.c)
+-- Extends the lease of the running attempt (in_progress, its lease not yet run out) to now + extend
+-- (NULL: the scope's lease), never shortening it; returns the lease it holds now (src/heartbeat.c).
+CREATE FUNCTION idempo.heartbeat(
+    scope   text,
+    key     text,
+    attempt integer,
+    extend  interval DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_heartbeat'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION idempo.heartbeat(text, text, integer, interval) FROM PUBLIC;

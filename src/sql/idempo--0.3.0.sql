@@ -212,10 +212,17 @@ CREATE FUNCTION idempo.claim(
     run_id             text        DEFAULT NULL,
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
-    complete_on_commit boolean     DEFAULT false)
+    complete_on_commit boolean     DEFAULT false,
+    lease              interval    DEFAULT NULL)
     RETURNS idempo.claim_result
     AS 'MODULE_PATHNAME', 'idempo_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The version of the installed SQL objects (the same on the managed edition, which is no
+-- extension): what the client libraries check once at first use (ALTER EXTENSION UPDATE changes it).
+CREATE FUNCTION idempo.version() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT '0.3.0'::text $$;
+COMMENT ON FUNCTION idempo.version() IS 'The version of idempo''s installed SQL objects.';
 
 CREATE FUNCTION idempo.complete(
     scope      text,
@@ -235,6 +242,17 @@ CREATE FUNCTION idempo.fail(
     retryable boolean DEFAULT true)
     RETURNS idempo.status
     AS 'MODULE_PATHNAME', 'idempo_fail'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Extends the lease of the running attempt (in_progress, its lease not yet run out) to now + extend
+-- (NULL: the scope's lease), never shortening it; returns the lease it holds now (src/heartbeat.c).
+CREATE FUNCTION idempo.heartbeat(
+    scope   text,
+    key     text,
+    attempt integer,
+    extend  interval DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempo_heartbeat'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
@@ -966,4 +984,6 @@ GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.fingerprint(jsonb, text[]) TO PUBLIC;
 -- used by the views; harmless
 GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
+-- the client libraries check it before anything else, whatever the role may do
+GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
