@@ -56,7 +56,7 @@ for (const framework of ['express', 'fastify']) {
     before(async () => {
       await pool.query(`SELECT idempo.create_scope($1, retention => '24 hours');
                         SELECT idempo.create_scope($2);
-                        SELECT idempo.create_scope($3, lease => '2 seconds', on_lease_expiry => 'retry', max_attempts => 5)`
+                        SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5)`
         .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`));
       service = await startService(framework, prefix);
     });
@@ -235,6 +235,7 @@ for (const framework of ['express', 'fastify']) {
       const body = { order_id: 2, amount_cents: 2500 };
       let open;
       provider.state.gate = new Promise((resolve) => { open = resolve; });
+      const other = await startService(framework, prefix);          // a second instance of the service
       const doomed = post('/payments', body, k);
       doomed.catch(() => {});
       await waitFor('the call to reach the provider', async () => provider.state.waiting === 1);
@@ -244,11 +245,11 @@ for (const framework of ['express', 'fastify']) {
       provider.state.gate = null;
       open();
       await assert.rejects(doomed);
-      service = await startService(framework, prefix);
-      const during = await post('/payments', body, k);
+      service = other;
+      const during = await post('/payments', body, k);             // within the 5 s lease
       assert.equal(during.status, 409);
       assert.ok(Number(during.headers['retry-after']) >= 1);
-      await waitFor('the lease to run out', async () => (await post('/payments', body, k)).status !== 409, 10000);
+      await waitFor('the lease to run out', async () => (await post('/payments', body, k)).status !== 409, 20000);
       const op = (await pool.query('SELECT status::text, attempt FROM idempo.lookup($1, $2)', [`${prefix}.payments`, k])).rows[0];
       assert.deepEqual(op, { status: 'succeeded', attempt: 2 });
       const chargeId = provider.state.charges.get(`${prefix}.payments/${k}`).id;
