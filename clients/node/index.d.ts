@@ -45,7 +45,7 @@ export declare class Done<T = Json> {
   readonly attempt: number | null;
   readonly targetRef: string | null;
   readonly error: string | null;
-  /** callOut: settled by a lookup in the target system and idempo.verify. */
+  /** callOnce: settled by a lookup in the target system and idempo.verify. */
   readonly verified: boolean;
 }
 
@@ -68,7 +68,7 @@ export interface ClaimOptions {
 }
 
 export interface OnceOptions extends Omit<ClaimOptions, 'wait' | 'completeOnCommit'> {
-  /** 'wait' (default): ask again until busyTimeoutMs; 'raise': throw BusyError at once. */
+  /** 'raise' (default): throw BusyError at once; 'wait': ask again until busyTimeoutMs. */
   onBusy?: 'wait' | 'raise';
   busyTimeoutMs?: number;
   targetRef?: string | ((value: any) => string | undefined);
@@ -85,7 +85,7 @@ export interface CallContext {
 
 export type ErrorKind = 'retryable' | 'failed' | 'unknown';
 
-export interface CallOutOptions<V, R, H> extends Omit<ClaimOptions, 'wait' | 'completeOnCommit'> {
+export interface CallOnceOptions<V, R, H> extends Omit<ClaimOptions, 'wait' | 'completeOnCommit'> {
   call: (ctx: CallContext) => Promise<V>;
   lookup?: (ctx: CallContext) => Promise<V | null | undefined>;
   record?: (tx: H, value: V, ctx: CallContext) => Promise<R>;
@@ -138,7 +138,7 @@ export declare class Idempo<H = any> {
 
   once<T>(scope: string, key: string, fn: (tx: H, claim: Claim) => Promise<T>): Promise<Done<T>>;
   once<T>(scope: string, key: string, options: OnceOptions, fn: (tx: H, claim: Claim) => Promise<T>): Promise<Done<T>>;
-  callOut<V, R = V>(scope: string, key: string, options: CallOutOptions<V, R, H>): Promise<Done<R>>;
+  callOnce<V, R = V>(scope: string, key: string, options: CallOnceOptions<V, R, H>): Promise<Done<R>>;
 }
 
 export interface ChangedField { field: string; stored: Json; incoming: Json; }

@@ -3,7 +3,7 @@
 // every outcome of a claim, so that applications do not write that code again:
 //   once(scope, key, options, fn)    the work is in this database: claim, fn, complete commit
 //                                    together (one transaction)
-//   callOut(scope, key, options)     the work calls another system: the claim commits with a
+//   callOnce(scope, key, options)     the work calls another system: the claim commits with a
 //                                    lease (kept alive by a heartbeat while the call runs), then
 //                                    complete or fail; an `unknown` outcome is looked up in the
 //                                    other system and verified
@@ -301,12 +301,12 @@ class Idempo {
   // One transaction: claim; if acquired, fn(tx, claim) does the work with the transaction's
   // handle and its value is stored by complete(), all committed together.  A throw rolls all
   // back (the key is free again).  replay: the stored result, fn is not called.  conflict,
-  // in_review, stale, expired, unknown: thrown as errors.  busy: onBusy 'wait' (default) asks
-  // again until busyTimeoutMs, 'raise' throws BusyError at once.
+  // in_review, stale, expired, unknown: thrown as errors.  busy: onBusy 'raise' (default)
+  // throws BusyError at once, 'wait' asks again until busyTimeoutMs.
   async once(scope, key, options, fn) {
     if (typeof options === 'function') { fn = options; options = {}; }
     if (typeof fn !== 'function') throw new TypeError('idempo.once(scope, key, options, fn): fn must be a function');
-    const { onBusy = 'wait', busyTimeoutMs = 30000, targetRef, ...claimOptions } = options;
+    const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef, ...claimOptions } = options;
     if (onBusy !== 'wait' && onBusy !== 'raise') throw new TypeError(`idempo: onBusy must be 'wait' or 'raise', got ${onBusy}`);
     await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
@@ -341,17 +341,19 @@ class Idempo {
   //   record(tx, value, ctx)   optional: the business write; its value is the stored result
   //                            (default: call's value), committed with complete()/verify()
   //   targetRef(value)         optional: the action's reference in the target system
-  //   classifyError(err, ctx)  'retryable' (it had no effect: the key is freed for a retry),
-  //                            'failed' (final), or 'unknown' (default: in doubt; the key stays
-  //                            held until the lease runs out, then is verified by lookup)
-  async callOut(scope, key, options = {}) {
+  //   classifyError(err, ctx)  'retryable' (it had no effect: the key is freed for a retry, and
+  //                            the error is thrown), 'failed' (final: resolves with a Done of
+  //                            status 'failed', replayed so from then on), or 'unknown' (default:
+  //                            in doubt; the key stays held until the lease runs out, then is
+  //                            verified by lookup)
+  async callOnce(scope, key, options = {}) {
     const {
-      call: callFn, lookup, record, targetRef, classifyError = () => 'unknown', onBusy = 'wait',
+      call: callFn, lookup, record, targetRef, classifyError = () => 'unknown', onBusy = 'raise',
       busyTimeoutMs = 30000, heartbeat = true, maxRounds = 10, ...claimOptions
     } = options;
-    if (typeof callFn !== 'function') throw new TypeError('idempo.callOut: options.call must be a function');
+    if (typeof callFn !== 'function') throw new TypeError('idempo.callOnce: options.call must be a function');
     if (this.db.inTransaction) {
-      throw new TypeError('idempo.callOut commits its claim before the call: use it outside a transaction, not within()');
+      throw new TypeError('idempo.callOnce commits its claim before the call: use it outside a transaction, not within()');
     }
     await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
@@ -412,10 +414,16 @@ class Idempo {
     } catch (err) {
       if (beat) await beat.stop();
       const kind = classifyError(err, { ...ctx, stage: 'call' });
-      if (kind === 'retryable' || kind === 'failed') {
-        await this.fail(scope, key, { attempt, error: err && err.message ? err.message : String(err), retryable: kind === 'retryable' })
+      const message = err && err.message ? err.message : String(err);
+      if (kind === 'retryable') {
+        await this.fail(scope, key, { attempt, error: message, retryable: true })
           .catch((e) => this.log.error(`idempo: fail(${scope}, ${key}, attempt ${attempt}) refused: ${e.message}`));
         throw err;
+      }
+      if (kind === 'failed') {
+        // a final answer, replayed from now on: the same Done as its replays
+        const status = await this.fail(scope, key, { attempt, error: message, retryable: false });
+        return new Done({ result: null, replayed: false, status, attempt, error: message });
       }
       // in doubt: settle it now if the target system shows the action, else leave it held
       if (lookup) {

@@ -8,7 +8,8 @@
 //   the same key, another method/path/body -> 422 (conflict, recorded in idempo.conflicts)
 //   missing or malformed key               -> 400, no claim
 //   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
-// Which replies are stored is a rule (options.store; default: every status below 500): a reply
+// Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
+// refuse the request: 400, 408, 409, 415, 422, 425, 429): a reply
 // that is not stored rolls the transaction back (or, with a lease, fails the attempt as
 // retryable), so the retry runs afresh.
 const crypto = require('node:crypto');
@@ -108,26 +109,43 @@ function paramsOf({ method, path, contentType, body, rawBody }) {
 }
 
 // Headers that belong to a connection, not to the reply: never stored or replayed.
-const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date', 'content-length',
-  'idempotent-replayed', 'upgrade', 'proxy-connection']);
+const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
+  'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', 'idempotent-replayed']);
 
-// A reply as stored in the claim's result: {status, headers, body} with the body as text (or
-// base64 with encoding 'base64' when it is not UTF-8), so a replay is byte-for-byte the original.
+// A reply as stored in the claim's result, the same as idempo's Python middleware stores it (a
+// service in either language replays the other's): {status, headers: [[name, value], ...] (names
+// lower case, repeated names kept), body} with the body as text, or body_base64 when it is not
+// UTF-8, so a replay is byte-for-byte the original.
 function storedReply(status, headers, bodyBuffer) {
-  const kept = {};
+  const kept = [];
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || NOT_STORED.has(name.toLowerCase())) continue;
-    kept[name.toLowerCase()] = Array.isArray(value) ? value.map(String) : String(value);
+    for (const v of Array.isArray(value) ? value : [value]) kept.push([name.toLowerCase(), String(v)]);
   }
   const text = bodyBuffer.toString('utf8');
   if (Buffer.from(text, 'utf8').equals(bodyBuffer)) return { status, headers: kept, body: text };
-  return { status, headers: kept, body: bodyBuffer.toString('base64'), encoding: 'base64' };
+  return { status, headers: kept, body_base64: bodyBuffer.toString('base64') };
 }
 function bodyOfStored(stored) {
-  return stored.encoding === 'base64' ? Buffer.from(stored.body, 'base64') : stored.body;
+  return typeof stored.body_base64 === 'string' ? Buffer.from(stored.body_base64, 'base64') : (stored.body ?? '');
+}
+// stored headers (pairs, or an object) -> an object for writeHead (repeated names as arrays)
+function headersOfStored(stored) {
+  const out = {};
+  const pairs = Array.isArray(stored.headers) ? stored.headers : Object.entries(stored.headers ?? {});
+  for (const [name, value] of pairs) {
+    const n = String(name).toLowerCase();
+    if (out[n] === undefined) out[n] = value;
+    else out[n] = [].concat(out[n], value);
+  }
+  return out;
 }
 
-const defaultStore = (status) => status < 500;
+// The 4xx that say the request was not taken up (bad request, timeout, conflict, media type,
+// validation, too early, too many requests): not stored, like 5xx, so the retry runs again.
+const NOT_STORED_4XX = new Set([400, 408, 409, 415, 422, 425, 429]);
+// Which replies are stored by default: 2xx, 3xx and the 4xx a handler decided (404, 402...).
+const defaultStore = (status) => status < 500 && !NOT_STORED_4XX.has(status);
 
 // The reply for an outcome that did not hand the work to this request.
 function answerFor(claimOrError, options) {
@@ -140,7 +158,7 @@ function answerFor(claimOrError, options) {
         return problem(409, 'not-a-reply', 'This key was completed outside this API',
           'Its stored result is not an HTTP reply; use a new key for a new operation.', {}, typeBase);
       }
-      return { status: stored.status, headers: { ...stored.headers, 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
+      return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
     }
     case Outcome.BUSY: {
       const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : 1000;
@@ -317,5 +335,5 @@ function scopeOf(options, req) {
 
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore,
-  mediaTypeOf, NOT_STORED,
+  mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored,
 };

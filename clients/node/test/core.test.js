@@ -168,7 +168,7 @@ test('once: conflict is a ConflictError with conflict_id and the changed fields'
   assert.equal(await one(pool, 'SELECT count(*)::int FROM idempo.conflicts WHERE scope = $1', [scope]), 1);
 });
 
-test("once: busy with onBusy 'raise' throws BusyError at once; 'wait' waits for the holder and replays", async () => {
+test("once: busy with onBusy 'raise' (the default) throws BusyError at once; 'wait' waits for the holder and replays", async () => {
   const scope = await newScope(pool, 'core.busy');
   const key = newKey();
   const holder = await pool.connect();
@@ -176,12 +176,14 @@ test("once: busy with onBusy 'raise' throws BusyError at once; 'wait' waits for 
     await holder.query('BEGIN');
     await holder.query("SELECT idempo.claim($1, $2, complete_on_commit => true)", [scope, key]);
     let ran = false;
-    await assert.rejects(idem.once(scope, key, { onBusy: 'raise' }, async () => { ran = true; }), (err) => {
-      assert.ok(err instanceof idempo.BusyError, err.stack);
-      assert.equal(err.retryAfterMs, 1000);
-      return true;
-    });
-    const waiting = idem.once(scope, key, async () => { ran = true; });
+    for (const options of [{ onBusy: 'raise' }, {}]) {          // 'raise' is the default
+      await assert.rejects(idem.once(scope, key, options, async () => { ran = true; }), (err) => {
+        assert.ok(err instanceof idempo.BusyError, err.stack);
+        assert.equal(err.retryAfterMs, 1000);
+        return true;
+      });
+    }
+    const waiting = idem.once(scope, key, { onBusy: 'wait' }, async () => { ran = true; });
     await waitFor('the second once() to wait for the holder', async () => (await one(pool,
       "SELECT count(*)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempo.claim%'")) === 1);
     await holder.query("SELECT idempo.complete($1, $2, result => '\"held\"')", [scope, key]);
@@ -238,7 +240,7 @@ test('once: 50 concurrent duplicates run the work once; the others replay it', a
   const scope = await newScope(pool, 'core.fifty');
   const key = newKey();
   let runs = 0;
-  const all = await Promise.all(Array.from({ length: 50 }, () => idem.once(scope, key, { params: { n: 1 } }, async (tx) => {
+  const all = await Promise.all(Array.from({ length: 50 }, () => idem.once(scope, key, { params: { n: 1 }, onBusy: 'wait' }, async (tx) => {
     runs += 1;
     await tx.query('INSERT INTO core_orders (k, qty) VALUES ($1, 1)', [key]);
     return { n: 1 };

@@ -80,10 +80,10 @@ test("within(trx): in the application's knex.transaction, the claim commits and 
   assert.equal(await ordersOf(key), 1);
 });
 
-test('callOut() on Knex: the record step gets a trx, complete commits with it', async () => {
+test('callOnce() on Knex: the record step gets a trx, complete commits with it', async () => {
   const scope = await newScope(viaKnex, 'knex.callout');
   const key = newKey();
-  const done = await idem.callOut(scope, key, {
+  const done = await idem.callOnce(scope, key, {
     params: { amount: 5 },
     call: async (ctx) => ({ id: `ch-${ctx.key}` }),
     record: async (trx, charge) => { await trx('knex_orders').insert({ k: key, qty: 5 }); return { charge: charge.id }; },

@@ -15,7 +15,7 @@ async function main(): Promise<void> {
   const replayed: boolean = done.replayed;
   const orderId: number | undefined = done.result?.orderId;
 
-  const paid = await idem.callOut('shop.payments', 'k2', {
+  const paid = await idem.callOnce('shop.payments', 'k2', {
     params: { amount: 5 },
     call: async ({ key, signal }) => ({ id: `ch_${key}`, aborted: signal.aborted }),
     lookup: async ({ key }) => (key ? { id: `ch_${key}`, aborted: false } : null),

@@ -1,5 +1,5 @@
 'use strict';
-// callOut(): the two-system flow against a stand-in provider (test/provider.js) that does not
+// callOnce(): the two-system flow against a stand-in provider (test/provider.js) that does not
 // deduplicate, so any doubled action shows.  Lease, heartbeat, unknown -> lookup -> verify, the
 // verify race, and 10,000 requests with duplicates, changed parameters and lost replies.
 const { test, before, after } = require('node:test');
@@ -28,7 +28,7 @@ after(async () => {
 // The application's rules for its provider: a decline had no effect; anything else is in doubt.
 const classifyError = (err) => (err instanceof Declined ? 'retryable' : 'unknown');
 function payment(scope, key, amount, extra = {}, counters = {}) {
-  return idem.callOut(scope, key, {
+  return idem.callOnce(scope, key, {
     params: { amount },
     call: ({ key: k, signal }) => { counters.calls = (counters.calls ?? 0) + 1; return pay.charge(`${scope}/${k}`, amount, extra, signal); },
     lookup: ({ key: k }) => { counters.lookups = (counters.lookups ?? 0) + 1; return pay.findCharge(`${scope}/${k}`); },
@@ -39,6 +39,7 @@ function payment(scope, key, amount, extra = {}, counters = {}) {
     },
     targetRef: (charge) => charge.id,
     classifyError,
+    onBusy: 'wait',
     busyTimeoutMs: 20000,
   });
 }
@@ -81,15 +82,18 @@ test("classifyError 'retryable' (a decline): fail(retryable) frees the key, the 
   assert.equal(actionsOf(scope, key), 1);
 });
 
-test("classifyError 'failed': a final failure, replayed with status failed", async () => {
+test("classifyError 'failed': a final failure, answered and replayed as status failed", async () => {
   const scope = await newScope(pool, 'co.final');
   const key = newKey();
   const opts = {
     call: async () => { throw new Error('card reported stolen'); },
     classifyError: () => 'failed',
   };
-  await assert.rejects(idem.callOut(scope, key, opts), /stolen/);
-  const again = await idem.callOut(scope, key, opts);
+  const first = await idem.callOnce(scope, key, opts);
+  assert.equal(first.status, 'failed');
+  assert.equal(first.replayed, false);
+  assert.match(first.error, /stolen/);
+  const again = await idem.callOnce(scope, key, opts);
   assert.equal(again.replayed, true);
   assert.equal(again.status, 'failed');
   assert.match(again.error, /stolen/);
@@ -157,7 +161,7 @@ test('heartbeat: a call longer than the lease keeps the key (others are busy, ne
   const scope = await newScope(pool, 'co.beat', "lease => '1 second'");
   const key = newKey();
   let seen;
-  const done = await idem.callOut(scope, key, {
+  const done = await idem.callOnce(scope, key, {
     call: async () => {
       await sleep(2500);
       seen = await idem.claim(scope, key, { wait: false });     // another worker, mid-call
@@ -174,7 +178,7 @@ test('without a heartbeat the same call loses its lease: the other worker is tol
   const scope = await newScope(pool, 'co.nobeat', "lease => '1 second'");
   const key = newKey();
   let seen;
-  await idem.callOut(scope, key, {
+  await idem.callOnce(scope, key, {
     heartbeat: false,
     call: async () => {
       await sleep(1500);
@@ -189,7 +193,7 @@ test('a lease lost mid-call (retry scope, another worker took attempt 2): the si
   const scope = await newScope(pool, 'co.lost-lease', "lease => '1 second', on_lease_expiry => 'retry'");
   const key = newKey();
   let aborted = null;
-  const slow = idem.callOut(scope, key, {
+  const slow = idem.callOnce(scope, key, {
     heartbeat: { everyMs: 2000 },                 // too slow to keep a 1 s lease
     call: ({ signal }) => new Promise((resolve) => {
       signal.addEventListener('abort', () => { aborted = signal.reason; resolve('late'); });
@@ -237,7 +241,7 @@ test('10,000 requests (duplicates, changed amounts, declines, lost requests, los
     const run = async (r) => {
       for (let tries = 0; ; tries += 1) {
         try {
-          const d = await idem.callOut(scope, r.key, {
+          const d = await idem.callOnce(scope, r.key, {
             params: { amount: r.amount },
             call: ({ key, signal }) => client.charge(`${scope}/${key}`, r.amount, {}, signal),
             lookup: ({ key }) => client.findCharge(`${scope}/${key}`),
@@ -247,6 +251,7 @@ test('10,000 requests (duplicates, changed amounts, declines, lost requests, los
               return { chargeId: charge.id, amount: charge.amount };
             },
             classifyError,
+            onBusy: 'wait',
             busyTimeoutMs: 3000,
           });
           assert.equal(d.status, 'succeeded');
