@@ -70,3 +70,8 @@ async function web(idem: idempo.Idempo<PoolClient>): Promise<void> {
   });
 }
 void web;
+
+import { paramsOf, defaultStore } from 'idempo/http';
+const raw: idempo.RawJson = paramsOf({ method: 'POST', path: '/x', contentType: 'application/json', body: { a: 1 } });
+const kept: boolean = defaultStore(404);
+void raw; void kept;
