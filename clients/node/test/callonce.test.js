@@ -142,7 +142,7 @@ test('unknown and found (a charge made late, in flight): verify(found) records i
   assert.equal((await idem.lookup(scope, key)).status, 'succeeded');
 });
 
-test('the verify race: two workers on an unknown key, one verifies, the other replays; one row', async () => {
+test('two workers on an unknown key: one verifies, the other is busy, waits and replays; one row', async () => {
   const scope = await newScope(pool, 'co.race', "lease => '1 second'");
   const key = newKey();
   await assert.rejects(payment(scope, key, 100, { fault: 'late' }), idempo.UnknownOutcomeError);
@@ -155,6 +155,36 @@ test('the verify race: two workers on an unknown key, one verifies, the other re
   assert.equal(c.records, 1);
   assert.equal(c.calls ?? 0, 0);
   assert.equal(await paymentsOf(key), 1);
+});
+
+test('the verify race: a verifier whose verification lease ran out is refused, claims again and replays', async () => {
+  const scope = await newScope(pool, 'co.vrace', "lease => '1 second'");
+  const key = newKey();
+  await pool.query('CREATE TABLE IF NOT EXISTS callout_verified (key text NOT NULL, by text NOT NULL)');
+  const inDoubt = () => { throw new Error('connection reset'); };
+  await assert.rejects(idem.callOnce(scope, key, { call: inDoubt }), idempo.UnknownOutcomeError);
+  await sleep(1100);                                              // attempt 1's lease runs out: unknown
+  let openA;
+  const gateA = new Promise((resolve) => { openA = resolve; });
+  let aLooking = false;
+  const record = (by) => async (tx, charge) => {
+    await tx.query('INSERT INTO callout_verified (key, by) VALUES ($1, $2)', [key, by]);
+    return { chargeId: charge.id, by };
+  };
+  const a = idem.callOnce(scope, key, {
+    call: inDoubt,
+    lookup: async () => { aLooking = true; await gateA; return { id: 'ch_found' }; },
+    record: record('A'),
+  });
+  await waitFor('A to hold the verification lease and look up', async () => aLooking);
+  await sleep(1100);                                              // A's verification lease runs out
+  const b = await idem.callOnce(scope, key, { call: inDoubt, lookup: async () => ({ id: 'ch_found' }), record: record('B') });
+  assert.equal(b.verified, true);
+  openA();                                                        // A's verify now comes too late
+  const doneA = await a;
+  assert.equal(doneA.replayed, true);
+  assert.deepEqual(doneA.result, { chargeId: 'ch_found', by: 'B' });
+  assert.deepEqual((await pool.query('SELECT by FROM callout_verified WHERE key = $1', [key])).rows, [{ by: 'B' }]);
 });
 
 test('heartbeat: a call longer than the lease keeps the key (others are busy, never unknown), and completes', async () => {
