@@ -153,13 +153,21 @@ for (const framework of ['express', 'fastify']) {
       assert.equal(await ordersOf(body.customer), 1);
     });
 
-    test('the store rule: a 4xx of the handler is stored and replayed by default; with store: 2xx only it is not', async () => {
+    test('the store rule: a 4xx the handler decided (404) is stored and replayed by default, a 409 is not; with store: 2xx only the 404 is not', async () => {
       const k = newKey();
       const gone = { customer: c('gone'), sku: 'GONE', qty: 1 };
       assert.equal((await post('/orders', gone, k)).status, 404);
       const again = await post('/orders', gone, k);
       assert.equal(again.status, 404);
       assert.equal(again.headers['idempotent-replayed'], 'true');
+      // a 4xx that refuses the request (409, 422, 429...) is not stored by default: the retry runs again
+      const k3 = newKey();
+      const held = { customer: c('held'), sku: 'HELD', qty: 1 };
+      assert.equal((await post('/orders', held, k3)).status, 409);
+      const heldAgain = await post('/orders', held, k3);
+      assert.equal(heldAgain.status, 409);
+      assert.equal(heldAgain.headers['idempotent-replayed'], undefined);
+      assert.equal(await statusOf(`${prefix}.orders`, k3), null);
       const k2 = newKey();
       assert.equal((await post('/orders-strict', gone, k2)).status, 404);
       assert.equal(await statusOf(`${prefix}.orders`, k2), null);

@@ -3,7 +3,8 @@
 // process, so that it can be killed with SIGKILL).  node app.js express|fastify; PG* variables;
 // PROVIDER_URL; SCOPE_PREFIX.  Prints "listening on URL".
 //   POST /orders          one transaction: INSERT INTO shop.orders; sku FLAKY throws once per
-//                         key (500, not stored); sku GONE answers 404 (stored, a 4xx)
+//                         key (500, not stored); sku GONE answers 404 (stored, a 4xx); sku
+//                         HELD answers 409 (a 4xx that refuses the request: not stored)
 //   POST /orders-strict   the same with store: only 2xx (a 404 is not stored)
 //   POST /shipments       key from the body's fields order_id and line
 //   POST /payments        lease: the provider is called, then INSERT INTO shop.payments
@@ -25,6 +26,7 @@ const badOrder = { type: 'about:blank#invalid-order', title: 'Invalid order', st
 
 async function createOrder(idempotency, body) {
   if (body.sku === 'GONE') return { status: 404, body: { title: 'No such product', status: 404 } };
+  if (body.sku === 'HELD') return { status: 409, body: { title: 'Stock is being counted', status: 409 } };
   const { rows: [order] } = await idempotency.tx.query(
     'INSERT INTO shop.orders (customer, sku, qty) VALUES ($1, $2, $3) RETURNING id, customer, sku, qty',
     [body.customer, body.sku, body.qty]);
