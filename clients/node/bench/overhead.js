@@ -1,12 +1,13 @@
 'use strict';
 // What the library adds over the same SQL calls made by hand, interleaved in one invocation:
-// the same pool, rounds alternating which side goes first, each side doing the same work.
+// the same pool, the sides alternating operation by operation, each doing the same work.
 //   once-acquired   a new key: BEGIN, claim, INSERT, complete, COMMIT
 //   once-replay     a finished key: claim -> replay
 // Usage: PG* variables (idempo installed, a database you may write); node bench/overhead.js
 //   [--rounds 20] [--per-round 300] [--short]
-// Prints a table of the median time per operation of each side and the overhead in percent,
-// over the rounds.  No assertion: test/run runs --short only to see that it works.
+// The two sides alternate operation by operation.  Prints the median over the rounds of each
+// side's time per operation and of the library's overhead in percent within a round.  No
+// assertion: the test suite runs --short only to see that it works.
 const { Pool } = require('pg');
 const crypto = require('node:crypto');
 const { Idempo } = require('..');
@@ -76,33 +77,36 @@ async function main() {
   };
 
   const sides = { 'by hand': byHand, library: lib };
+  const names = Object.keys(sides);
   const cases = ['acquired', 'replay'];
-  const times = {};
-  for (const c of cases) for (const s of Object.keys(sides)) times[`${c}/${s}`] = [];
-  // keys finished by each side, for its replays
-  const done = { 'by hand': [], library: [] };
+  // per round and case: the total time of each side; the two sides alternate operation by
+  // operation (and which goes first), so that a change of the machine's load hits both alike
+  const rounds = Object.fromEntries(cases.map((c) => [c, []]));
+  const finished = { 'by hand': [], library: [] };       // keys each side finished, for its replays
+  const timed = async (fn) => { const t0 = process.hrtime.bigint(); await fn(); return Number(process.hrtime.bigint() - t0) / 1e6; };
   for (let round = 0; round < ROUNDS + 1; round += 1) {          // round 0 warms up, not counted
-    const order = round % 2 === 0 ? ['by hand', 'library'] : ['library', 'by hand'];
     for (const c of cases) {
-      for (const s of order) {
-        const keys = c === 'acquired'
-          ? Array.from({ length: PER_ROUND }, () => crypto.randomUUID())
-          : done[s].slice(-PER_ROUND);
-        const t0 = process.hrtime.bigint();
-        for (const k of keys) await sides[s][c](k);
-        const ms = Number(process.hrtime.bigint() - t0) / 1e6 / keys.length;
-        if (c === 'acquired') done[s].push(...keys);
-        if (round > 0) times[`${c}/${s}`].push(ms);
+      const total = { 'by hand': 0, library: 0 };
+      for (let i = 0; i < PER_ROUND; i += 1) {
+        const order = (round + i) % 2 === 0 ? names : [...names].reverse();
+        for (const s of order) {
+          const key = c === 'acquired' ? crypto.randomUUID() : finished[s][i % finished[s].length];
+          total[s] += await timed(() => sides[s][c](key));
+          if (c === 'acquired') finished[s].push(key);
+        }
       }
+      if (round > 0) rounds[c].push({ hand: total['by hand'] / PER_ROUND, lib: total.library / PER_ROUND });
     }
   }
   const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
-  console.log(`${ROUNDS} rounds x ${PER_ROUND} operations per side and case, interleaved; median ms per operation`);
+  console.log(`${ROUNDS} rounds x ${PER_ROUND} operations per side and case, alternating operation by operation`);
+  console.log('median over the rounds: ms per operation, and the library over by hand in the same round');
   console.log('case          by hand   library   overhead');
   for (const c of cases) {
-    const h = median(times[`${c}/by hand`]);
-    const l = median(times[`${c}/library`]);
-    console.log(`${c.padEnd(12)} ${h.toFixed(3).padStart(8)}  ${l.toFixed(3).padStart(8)}   ${((l / h - 1) * 100).toFixed(1).padStart(6)} %`);
+    const h = median(rounds[c].map((r) => r.hand));
+    const l = median(rounds[c].map((r) => r.lib));
+    const ratio = median(rounds[c].map((r) => r.lib / r.hand - 1)) * 100;
+    console.log(`${c.padEnd(12)} ${h.toFixed(3).padStart(8)}  ${l.toFixed(3).padStart(8)}   ${ratio.toFixed(1).padStart(6)} %`);
   }
   await pool.end();
 }

@@ -94,16 +94,29 @@ const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.a
   c.review_id::text AS review_id, c.completed_at,
   (extract(epoch FROM c.lease_expires_at - idempo.now()) * 1000)::float8 AS lease_left_ms`;
 
-// Builds "fn(a => $1, b => $2, ...)" from the arguments that are set, numbering them in order.
+// Builds "fn(a => $1, b => $2, ...)" from the arguments that are set, numbering them in order
+// (the text is made once per function and set of arguments).
+const callTexts = new Map();
+const claimTexts = new Map();
 function call(fn, args) {
-  const names = [];
   const values = [];
-  for (const [name, value, cast] of args) {
+  let shape = fn;
+  for (const [name, value] of args) {
     if (value === undefined) continue;
     values.push(value);
-    names.push(`${name} => $${values.length}${cast ? `::${cast}` : ''}`);
+    shape += `,${name}`;
   }
-  return { text: `${fn}(${names.join(', ')})`, values };
+  let text = callTexts.get(shape);
+  if (text === undefined) {
+    const names = [];
+    for (const [name, value, cast] of args) {
+      if (value === undefined) continue;
+      names.push(`${name} => $${names.length + 1}${cast ? `::${cast}` : ''}`);
+    }
+    text = `${fn}(${names.join(', ')})`;
+    callTexts.set(shape, text);
+  }
+  return { text, values };
 }
 
 const UNSETTLED = Symbol('unsettled');
@@ -150,7 +163,10 @@ class Idempo {
     this.options = options;
     this.log = options.log ?? console;
     this.root = root ?? this;
-    if (!root) this.versionChecked = null;
+    if (!root) {
+      this.versionChecked = null;
+      this.versionOk = false;
+    }
   }
 
   // The same library on a transaction the caller opened (a pg client after BEGIN, a Knex trx,
@@ -192,11 +208,12 @@ class Idempo {
         `idempo ${found} is installed in this database; idempo for Node.js ${LIBRARY_VERSION} needs idempo ${SUPPORTED_TEXT}`,
         { code: '55000', hint: 'Install the library of the same version as the extension (clients/node of its release).' });
     }
+    this.root.versionOk = true;       // from now on no call waits for the check
     return found;
   }
 
   async _query(text, values, scope, key) {
-    await this.ensureVersion();
+    if (!this.root.versionOk) await this.ensureVersion();
     try {
       return await this.db.query(text, values);
     } catch (err) {
@@ -218,8 +235,12 @@ class Idempo {
       ['complete_on_commit', completeOnCommit, 'boolean'],
       ['lease', lease === undefined ? undefined : intervalText(lease), 'interval'],
     ]);
-    const sql = text.replace(/fingerprint => (\$\d+)/, "fingerprint => decode($1, 'hex')");
-    const rows = await this._query(`SELECT ${CLAIM_COLUMNS} FROM ${sql} AS c`, values, scope, key);
+    let sql = claimTexts.get(text);
+    if (sql === undefined) {
+      sql = `SELECT ${CLAIM_COLUMNS} FROM ${text.replace(/fingerprint => (\$\d+)/, "fingerprint => decode($1, 'hex')")} AS c`;
+      claimTexts.set(text, sql);
+    }
+    const rows = await this._query(sql, values, scope, key);
     return new Claim(rows[0]);
   }
 
