@@ -183,6 +183,8 @@ export declare class BusyError extends OutcomeError {
   readonly leaseExpiresAt: Date | null; readonly retryAfterMs: number | null;
 }
 export declare class InReviewError extends OutcomeError { readonly reviewId: number | null; }
+/** stale (an InReviewError too). */
+export declare class StaleError extends InReviewError {}
 export declare class ExpiredError extends OutcomeError {}
 export declare class UnknownOutcomeError extends OutcomeError { readonly attempt: number | null; }
 export declare const BY_SQLSTATE: Readonly<Record<string, new (...args: any[]) => IdempoError>>;

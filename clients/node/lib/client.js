@@ -142,8 +142,10 @@ function outcomeError(claim, scope, key, extra = {}) {
         claim, { scope, key, retryAfterMs });
     }
     case Outcome.IN_REVIEW:
+      return new InReviewError(`${where} is in review: a person decides`, claim, { scope, key });
     case Outcome.STALE:
-      return new InReviewError(`${where} is in review (${claim.outcome}): a person decides`, claim, { scope, key });
+      return new errors.StaleError(`${where} is stale (its intent is older than the scope's retention): `
+        + 'it went to review, a person decides', claim, { scope, key });
     case Outcome.EXPIRED:
       return new ExpiredError(`${where} finished long ago and its result has expired`, claim, { scope, key });
     case Outcome.UNKNOWN:

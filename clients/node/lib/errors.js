@@ -96,6 +96,9 @@ class InReviewError extends OutcomeError {
     this.reviewId = claim ? claim.reviewId : null;
   }
 }
+// stale: no record, and the intent is older than the scope's retention (claim's intent_at): the
+// record may have been purged, so "new" cannot be proven; a review was opened.
+class StaleError extends InReviewError {}
 // expired: a remembered key whose result is gone (scopes with `remember`).
 class ExpiredError extends OutcomeError {}
 // The outcome of an attempt is in doubt and could not be settled now: the key is `unknown`
@@ -115,6 +118,6 @@ module.exports = {
   IdempoError, InvalidArgumentError, NotFoundError, AlreadyExistsError, PermissionDeniedError,
   StateError, LockNotAvailableError, SerializationError, ReadOnlyError, NotReplicatedError,
   UndefinedFunctionError, FeatureNotSupportedError, DependentObjectsError, UnsupportedVersionError,
-  OutcomeError, ConflictError, BusyError, InReviewError, ExpiredError, UnknownOutcomeError,
+  OutcomeError, ConflictError, BusyError, InReviewError, StaleError, ExpiredError, UnknownOutcomeError,
   LeaseLostError, fromDatabaseError, BY_SQLSTATE,
 };

@@ -208,7 +208,7 @@ test('once: in_review and expired-like outcomes are errors of their own class', 
     return true;
   });
   await assert.rejects(idem.once(scope, newKey(), { intentAt: new Date(Date.now() - 3 * 86400e3) }, async () => 2),
-    (err) => err instanceof idempo.InReviewError && err.outcome === 'stale');
+    (err) => err instanceof idempo.StaleError && err instanceof idempo.InReviewError && err.outcome === 'stale');
 });
 
 test("within: once() in the caller's transaction commits and rolls back with it", async () => {
