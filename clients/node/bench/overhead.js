@@ -83,15 +83,25 @@ async function main() {
   // operation (and which goes first), so that a change of the machine's load hits both alike
   const rounds = Object.fromEntries(cases.map((c) => [c, []]));
   const finished = { 'by hand': [], library: [] };       // keys each side finished, for its replays
-  const timed = async (fn) => { const t0 = process.hrtime.bigint(); await fn(); return Number(process.hrtime.bigint() - t0) / 1e6; };
+  const cpu = { 'by hand': 0, library: 0 };                   // this process's CPU, µs
+  const timed = async (s, fn) => {
+    const c0 = process.cpuUsage();
+    const t0 = process.hrtime.bigint();
+    await fn();
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    const c = process.cpuUsage(c0);
+    cpu[s] += c.user + c.system;
+    return ms;
+  };
   for (let round = 0; round < ROUNDS + 1; round += 1) {          // round 0 warms up, not counted
+    if (round === 1) { cpu['by hand'] = 0; cpu.library = 0; }
     for (const c of cases) {
       const total = { 'by hand': 0, library: 0 };
       for (let i = 0; i < PER_ROUND; i += 1) {
         const order = (round + i) % 2 === 0 ? names : [...names].reverse();
         for (const s of order) {
           const key = c === 'acquired' ? crypto.randomUUID() : finished[s][i % finished[s].length];
-          total[s] += await timed(() => sides[s][c](key));
+          total[s] += await timed(s, () => sides[s][c](key));
           if (c === 'acquired') finished[s].push(key);
         }
       }
@@ -108,6 +118,9 @@ async function main() {
     const ratio = median(rounds[c].map((r) => r.lib / r.hand - 1)) * 100;
     console.log(`${c.padEnd(12)} ${h.toFixed(3).padStart(8)}  ${l.toFixed(3).padStart(8)}   ${ratio.toFixed(1).padStart(6)} %`);
   }
+  const ops = ROUNDS * PER_ROUND * cases.length;
+  console.log(`this process's CPU per operation (both cases): by hand ${(cpu['by hand'] / ops).toFixed(0)} µs, `
+    + `library ${(cpu.library / ops).toFixed(0)} µs`);
   await pool.end();
 }
 

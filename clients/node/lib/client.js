@@ -55,6 +55,15 @@ function intervalText(value) {
 }
 
 const dateOf = (v) => (v === null || v === undefined ? null : v instanceof Date ? v : new Date(v));
+// milliseconds since the epoch (a float8 column: a number, or a string from some drivers) -> Date;
+// PostgreSQL's infinity is the latest (earliest) time a Date can hold
+function dateOfMs(v) {
+  if (v === null || v === undefined) return null;
+  const ms = Number(v);
+  if (ms === Infinity) return new Date(8.64e15);
+  if (ms === -Infinity) return new Date(-8.64e15);
+  return new Date(ms);
+}
 const numberOf = (v) => (v === null || v === undefined ? null : Number(v));
 
 // The answer of a claim (idempo.claim_result), camelCased.
@@ -66,11 +75,13 @@ class Claim {
     this.result = row.result ?? null;
     this.targetRef = row.target_ref ?? null;
     this.error = row.error ?? null;
-    this.firstSeenAt = dateOf(row.first_seen_at);
-    this.leaseExpiresAt = dateOf(row.lease_expires_at);
+    // the lean answer of the helpers (once, the middleware) has no first_seen_at, completed_at
+    const full = row.first_seen_ms !== undefined;
+    this.firstSeenAt = full ? dateOfMs(row.first_seen_ms) : null;
+    this.leaseExpiresAt = full ? dateOfMs(row.lease_expires_ms) : dateOf(row.lease_expires_at);
     this.conflictId = numberOf(row.conflict_id);
     this.reviewId = numberOf(row.review_id);
-    this.completedAt = dateOf(row.completed_at);
+    this.completedAt = full ? dateOfMs(row.completed_ms) : null;
     // how long the lease has left by idempo's clock (null without a lease)
     this.leaseLeftMs = numberOf(row.lease_left_ms);
   }
@@ -89,10 +100,20 @@ class Done {
   }
 }
 
+// Times come as milliseconds since the epoch (float8): cheaper for every driver to read than
+// timestamptz text, and the same whatever the session's DateStyle and TimeZone.
 const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result,
-  c.target_ref, c.error, c.first_seen_at, c.lease_expires_at, c.conflict_id::text AS conflict_id,
-  c.review_id::text AS review_id, c.completed_at,
+  c.target_ref, c.error, (extract(epoch FROM c.first_seen_at) * 1000)::float8 AS first_seen_ms,
+  (extract(epoch FROM c.lease_expires_at) * 1000)::float8 AS lease_expires_ms,
+  c.conflict_id::text AS conflict_id, c.review_id::text AS review_id,
+  (extract(epoch FROM c.completed_at) * 1000)::float8 AS completed_ms,
   (extract(epoch FROM c.lease_expires_at - idempo.now()) * 1000)::float8 AS lease_left_ms`;
+
+// What the helpers read of a claim: no more than they use, so that a claim through the library
+// costs what the same claim by hand costs (bench/overhead.js).  A busy answer's time left is
+// asked for separately (the rare case).
+const LEAN_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result, c.target_ref,
+  c.error, c.conflict_id, c.review_id, c.lease_expires_at`;
 
 // Builds "fn(a => $1, b => $2, ...)" from the arguments that are set, numbering them in order
 // (the text is made once per function and set of arguments).
@@ -224,7 +245,11 @@ class Idempo {
   }
 
   // --- idempo's functions -------------------------------------------------------------------
-  async claim(scope, key, options = {}) {
+  claim(scope, key, options = {}) {
+    return this._claim(scope, key, options, false);
+  }
+
+  async _claim(scope, key, options, lean) {
     const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease } = options;
     const { text, values } = call('idempo.claim', [
       ['scope', scope, 'text'], ['key', key, 'text'],
@@ -237,13 +262,21 @@ class Idempo {
       ['complete_on_commit', completeOnCommit, 'boolean'],
       ['lease', lease === undefined ? undefined : intervalText(lease), 'interval'],
     ]);
-    let sql = claimTexts.get(text);
+    const cacheKey = lean ? `lean:${text}` : text;
+    let sql = claimTexts.get(cacheKey);
     if (sql === undefined) {
-      sql = `SELECT ${CLAIM_COLUMNS} FROM ${text.replace(/fingerprint => (\$\d+)/, "fingerprint => decode($1, 'hex')")} AS c`;
-      claimTexts.set(text, sql);
+      sql = `SELECT ${lean ? LEAN_COLUMNS : CLAIM_COLUMNS} FROM `
+        + `${text.replace(/fingerprint => (\$\d+)/, "fingerprint => decode($1, 'hex')")} AS c`;
+      claimTexts.set(cacheKey, sql);
     }
     const rows = await this._query(sql, values, scope, key);
-    return new Claim(rows[0]);
+    const claim = new Claim(rows[0]);
+    if (lean && claim.outcome === Outcome.BUSY && claim.leaseExpiresAt) {
+      const [{ ms }] = await this._query('SELECT (extract(epoch FROM $1::timestamptz - idempo.now()) * 1000)::float8 AS ms',
+        [claim.leaseExpiresAt.toISOString()], scope, key);
+      claim.leaseLeftMs = numberOf(ms);
+    }
+    return claim;
   }
 
   async complete(scope, key, { attempt, result, targetRef } = {}) {
@@ -324,8 +357,9 @@ class Idempo {
   // One transaction: claim; if acquired, fn(tx, claim) does the work with the transaction's
   // handle and its value is stored by complete(), all committed together.  A throw rolls all
   // back (the key is free again).  replay: the stored result, fn is not called.  conflict,
-  // in_review, stale, expired, unknown: thrown as errors.  busy: onBusy 'raise' (default)
-  // throws BusyError at once, 'wait' asks again until busyTimeoutMs.
+  // in_review, stale, expired, unknown: thrown as errors.  busy (a committed holder: its lease,
+  // or with wait: false also a transaction still open): onBusy 'raise' (default) throws
+  // BusyError at once, 'wait' asks again until busyTimeoutMs.
   async once(scope, key, options, fn) {
     if (typeof options === 'function') { fn = options; options = {}; }
     if (typeof fn !== 'function') throw new TypeError('idempo.once(scope, key, options, fn): fn must be a function');
@@ -335,7 +369,9 @@ class Idempo {
     const deadline = Date.now() + busyTimeoutMs;
     for (let round = 0; ; round += 1) {
       const answer = await this._transaction(async (tx) => {
-        const claim = await tx.claim(scope, key, { ...claimOptions, wait: onBusy === 'wait' });
+        // wait (default true): a claim of the same key in a transaction still open is waited for
+        // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
+        const claim = await tx._claim(scope, key, { wait: true, ...claimOptions }, true);
         if (claim.outcome !== Outcome.ACQUIRED) return { claim };
         const value = await fn(tx.db.handle, claim);
         const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;

@@ -232,7 +232,7 @@ class Exchange {
   async _claim(db) {
     try {
       return await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        .claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease });
+        ._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
     } catch (err) {
       throw translate(err, this.options);
     }

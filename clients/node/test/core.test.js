@@ -104,9 +104,13 @@ test('claim: outcomes and statuses as constants, dates as Date, ids as numbers',
   assert.equal(c.outcome, idempo.Outcome.ACQUIRED);
   assert.equal(c.attempt, 1);
   assert.ok(c.firstSeenAt instanceof Date);
+  assert.ok(Math.abs(c.firstSeenAt.getTime() - Date.now()) < 60000, String(c.firstSeenAt));
+  assert.equal(c.completedAt, null);
   const again = await idem.claim(scope, key, { params: { qty: 1.0 } });
   assert.equal(again.outcome, idempo.Outcome.REPLAY);
   assert.equal(again.status, idempo.Status.SUCCEEDED);
+  assert.equal(again.firstSeenAt.getTime(), c.firstSeenAt.getTime());
+  assert.ok(again.completedAt >= again.firstSeenAt);
   const changed = await idem.claim(scope, key, { params: { qty: 2 } });
   assert.equal(changed.outcome, 'conflict');
   assert.equal(typeof changed.conflictId, 'number');
@@ -176,13 +180,12 @@ test("once: busy with onBusy 'raise' (the default) throws BusyError at once; 'wa
     await holder.query('BEGIN');
     await holder.query("SELECT idempo.claim($1, $2, complete_on_commit => true)", [scope, key]);
     let ran = false;
-    for (const options of [{ onBusy: 'raise' }, {}]) {          // 'raise' is the default
-      await assert.rejects(idem.once(scope, key, options, async () => { ran = true; }), (err) => {
-        assert.ok(err instanceof idempo.BusyError, err.stack);
-        assert.equal(err.retryAfterMs, 1000);
-        return true;
-      });
-    }
+    // wait: false: a claim in a transaction still open is busy at once
+    await assert.rejects(idem.once(scope, key, { wait: false }, async () => { ran = true; }), (err) => {
+      assert.ok(err instanceof idempo.BusyError, err.stack);
+      assert.equal(err.retryAfterMs, 1000);
+      return true;
+    });
     const waiting = idem.once(scope, key, { onBusy: 'wait' }, async () => { ran = true; });
     await waitFor('the second once() to wait for the holder', async () => (await one(pool,
       "SELECT count(*)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempo.claim%'")) === 1);
@@ -195,6 +198,20 @@ test("once: busy with onBusy 'raise' (the default) throws BusyError at once; 'wa
   } finally {
     holder.release();
   }
+});
+
+test("once: a committed holder (a lease) is busy: BusyError with the lease's time left (onBusy 'raise', the default)", async () => {
+  const scope = await newScope(pool, 'core.lease');
+  const key = newKey();
+  await idem.claim(scope, key);                      // committed, in_progress, the scope's 5-minute lease
+  let ran = false;
+  await assert.rejects(idem.once(scope, key, async () => { ran = true; }), (err) => {
+    assert.ok(err instanceof idempo.BusyError, err.stack);
+    assert.equal(err.status, 'in_progress');
+    assert.ok(err.retryAfterMs > 250000 && err.retryAfterMs <= 300000, String(err.retryAfterMs));
+    return true;
+  });
+  assert.equal(ran, false);
 });
 
 test('once: in_review and expired-like outcomes are errors of their own class', async () => {
