@@ -129,12 +129,17 @@ function call(fn, args) {
   }
   let text = callTexts.get(shape);
   if (text === undefined) {
-    const names = [];
-    for (const [name, value, cast] of args) {
-      if (value === undefined) continue;
-      names.push(`${name} => $${names.length + 1}${cast ? `::${cast}` : ''}`);
+    // positional while no argument was left out, then named: PostgreSQL resolves a positional
+    // call with less work than a named one (measurably, on every unprepared statement)
+    const parts = [];
+    let positional = true;
+    for (const [name, value, cast, wrap] of args) {
+      if (value === undefined) { positional = false; continue; }
+      const raw = `$${parts.length + 1}${cast ? `::${cast}` : ''}`;
+      const param = wrap ? wrap(raw) : raw;
+      parts.push(positional ? param : `${name} => ${param}`);
     }
-    text = `${fn}(${names.join(', ')})`;
+    text = `${fn}(${parts.join(', ')})`;
     callTexts.set(shape, text);
   }
   return { text, values };
@@ -252,10 +257,10 @@ class Idempo {
   async _claim(scope, key, options, lean) {
     const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease } = options;
     const { text, values } = call('idempo.claim', [
-      ['scope', scope, 'text'], ['key', key, 'text'],
+      ['scope', scope, null], ['key', key, null],
       ['params', params === undefined ? undefined : jsonText(params), 'jsonb'],
       ['fingerprint', fingerprint === undefined ? undefined
-        : (Buffer.isBuffer(fingerprint) ? fingerprint.toString('hex') : fingerprint), null],
+        : (Buffer.isBuffer(fingerprint) ? fingerprint.toString('hex') : fingerprint), 'text', (p) => `decode(${p}, 'hex')`],
       ['run_id', runId, 'text'],
       ['intent_at', intentAt === undefined ? undefined : dateOf(intentAt).toISOString(), 'timestamptz'],
       ['wait', wait, 'boolean'],
@@ -266,7 +271,7 @@ class Idempo {
     let sql = claimTexts.get(cacheKey);
     if (sql === undefined) {
       sql = `SELECT ${lean ? LEAN_COLUMNS : CLAIM_COLUMNS} FROM `
-        + `${text.replace(/fingerprint => (\$\d+)/, "fingerprint => decode($1, 'hex')")} AS c`;
+        + `${text} AS c`;
       claimTexts.set(cacheKey, sql);
     }
     const rows = await this._query(sql, values, scope, key);
@@ -281,7 +286,7 @@ class Idempo {
 
   async complete(scope, key, { attempt, result, targetRef } = {}) {
     const { text, values } = call('idempo.complete', [
-      ['scope', scope, 'text'], ['key', key, 'text'], ['attempt', attempt ?? undefined, 'integer'],
+      ['scope', scope, null], ['key', key, null], ['attempt', attempt ?? undefined, 'integer'],
       ['result', result === undefined ? undefined : jsonText(result), 'jsonb'], ['target_ref', targetRef ?? undefined, 'text'],
     ]);
     return (await this._query(`SELECT ${text}::text AS status`, values, scope, key))[0].status;
@@ -289,7 +294,7 @@ class Idempo {
 
   async fail(scope, key, { attempt, error, retryable = true } = {}) {
     const { text, values } = call('idempo.fail', [
-      ['scope', scope, 'text'], ['key', key, 'text'], ['attempt', attempt ?? undefined, 'integer'],
+      ['scope', scope, null], ['key', key, null], ['attempt', attempt ?? undefined, 'integer'],
       ['error', error === undefined || error === null ? undefined : String(error).slice(0, 2000), 'text'],
       ['retryable', retryable, 'boolean'],
     ]);
@@ -298,7 +303,7 @@ class Idempo {
 
   async verify(scope, key, attempt, found, { targetRef, result } = {}) {
     const { text, values } = call('idempo.verify', [
-      ['scope', scope, 'text'], ['key', key, 'text'], ['attempt', attempt, 'integer'], ['found', found, 'boolean'],
+      ['scope', scope, null], ['key', key, null], ['attempt', attempt, 'integer'], ['found', found, 'boolean'],
       ['target_ref', targetRef ?? undefined, 'text'], ['result', result === undefined ? undefined : jsonText(result), 'jsonb'],
     ]);
     return (await this._query(`SELECT ${text}::text AS status`, values, scope, key))[0].status;
@@ -307,7 +312,7 @@ class Idempo {
   // Extends the lease of the running attempt; resolves with the new end of the lease.
   async heartbeat(scope, key, attempt, { extend } = {}) {
     const { text, values } = call('idempo.heartbeat', [
-      ['scope', scope, 'text'], ['key', key, 'text'], ['attempt', attempt, 'integer'],
+      ['scope', scope, null], ['key', key, null], ['attempt', attempt, 'integer'],
       ['extend', extend === undefined ? undefined : intervalText(extend), 'interval'],
     ]);
     return dateOf((await this._query(`SELECT ${text} AS lease_expires_at`, values, scope, key))[0].lease_expires_at);
@@ -371,7 +376,7 @@ class Idempo {
       const answer = await this._transaction(async (tx) => {
         // wait (default true): a claim of the same key in a transaction still open is waited for
         // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
-        const claim = await tx._claim(scope, key, { wait: true, ...claimOptions }, true);
+        const claim = await tx._claim(scope, key, claimOptions, true);
         if (claim.outcome !== Outcome.ACQUIRED) return { claim };
         const value = await fn(tx.db.handle, claim);
         const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
