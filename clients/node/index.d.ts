@@ -22,8 +22,8 @@ export declare function rawJson(text: string): RawJson;
 /** A duration: milliseconds, or PostgreSQL's interval text ('30 seconds'). */
 export type Duration = number | string;
 
-/** The answer of a claim.  The claims once() and the middleware pass on are read lean:
- *  firstSeenAt and completedAt are null there (idem.lookup has them). */
+/** The answer of a claim.  The claims once() and the middleware pass on are read lean: the
+ *  times are null there but a busy answer's leaseExpiresAt and leaseLeftMs (idem.lookup has them). */
 export declare class Claim {
   readonly outcome: OutcomeName;
   readonly status: StatusName | null;

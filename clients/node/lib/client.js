@@ -78,7 +78,7 @@ class Claim {
     // the lean answer of the helpers (once, the middleware) has no first_seen_at, completed_at
     const full = row.first_seen_ms !== undefined;
     this.firstSeenAt = full ? dateOfMs(row.first_seen_ms) : null;
-    this.leaseExpiresAt = full ? dateOfMs(row.lease_expires_ms) : dateOf(row.lease_expires_at);
+    this.leaseExpiresAt = full ? dateOfMs(row.lease_expires_ms) : null;
     this.conflictId = numberOf(row.conflict_id);
     this.reviewId = numberOf(row.review_id);
     this.completedAt = full ? dateOfMs(row.completed_ms) : null;
@@ -113,7 +113,7 @@ const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.a
 // costs what the same claim by hand costs (bench/overhead.js).  A busy answer's time left is
 // asked for separately (the rare case).
 const LEAN_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result, c.target_ref,
-  c.error, c.conflict_id, c.review_id, c.lease_expires_at`;
+  c.error, c.conflict_id, c.review_id`;
 
 // Builds "fn(a => $1, b => $2, ...)" from the arguments that are set, numbering them in order
 // (the text is made once per function and set of arguments).
@@ -276,10 +276,15 @@ class Idempo {
     }
     const rows = await this._query(sql, values, scope, key);
     const claim = new Claim(rows[0]);
-    if (lean && claim.outcome === Outcome.BUSY && claim.leaseExpiresAt) {
-      const [{ ms }] = await this._query('SELECT (extract(epoch FROM $1::timestamptz - idempo.now()) * 1000)::float8 AS ms',
-        [claim.leaseExpiresAt.toISOString()], scope, key);
-      claim.leaseLeftMs = numberOf(ms);
+    if (lean && claim.outcome === Outcome.BUSY) {
+      // the holder's lease, if it committed one (a holder still in its transaction has none)
+      const [row] = await this._query(`SELECT (extract(epoch FROM o.lease_expires_at) * 1000)::float8 AS expires_ms,
+          (extract(epoch FROM o.lease_expires_at - idempo.now()) * 1000)::float8 AS left_ms
+        FROM idempo.lookup($1, $2) AS o WHERE o.scope IS NOT NULL`, [scope, key], scope, key);
+      if (row) {
+        claim.leaseExpiresAt = dateOfMs(row.expires_ms);
+        claim.leaseLeftMs = numberOf(row.left_ms);
+      }
     }
     return claim;
   }
