@@ -10,7 +10,7 @@ const http = require('node:http');
 const path = require('node:path');
 const { Client } = require('pg');
 const { request } = require('./client');
-const { PARAMS_SQL, paramsArgs } = require('./idempotency');
+const { paramsOf } = require('idempo/http');
 
 let passed = 0;
 let failed = 0;
@@ -352,10 +352,10 @@ async function main() {
     });
 
     await check('fingerprint: a JSON body by value, any other body by its media type and bytes', async () => {
-      const fingerprint = (body, mediaType) => one(
-        `SELECT encode(idempo.fingerprint(${PARAMS_SQL.replace(/\$(\d)/g, (_, n) => `$${n - 2}`)}), 'hex')`,
-        paramsArgs({ method: 'POST', path: '/x', raw: Buffer.from(body), mediaType,
-          json: mediaType === 'application/json' ? JSON.parse(body) : undefined }));
+      // the middleware's fingerprint input (idempo/http), as the library passes it to claim()
+      const fingerprint = (body, mediaType) => one("SELECT encode(idempo.fingerprint($1::jsonb), 'hex')",
+        [paramsOf({ method: 'POST', path: '/x', contentType: mediaType, rawBody: Buffer.from(body),
+          body: mediaType === 'application/json' ? JSON.parse(body) : Buffer.from(body) }).text]);
       assert.equal(await fingerprint('{"a":1,"b":[1,2]}', 'application/json'),
         await fingerprint('{ "b": [1, 2.0], "a": 1.00 }', 'application/json'));
       assert.notEqual(await fingerprint('{"n":12345678901234567890}', 'application/json'),

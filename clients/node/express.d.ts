@@ -1,0 +1,48 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Idempo, Claim, Duration } from './index';
+
+/** What an acquired request carries as req.idempotency. */
+export interface IdempotencyContext<H = any> {
+  scope: string;
+  /** The key as stored (with the tenant prefix). */
+  key: string;
+  attempt: number | null;
+  claim: Claim;
+  /** mode 'transaction': the transaction of the claim; the handler's writes commit with the reply. */
+  tx?: H;
+  /** mode 'lease': aborted when the attempt lost its lease. */
+  signal?: AbortSignal;
+  /** mode 'lease': opens (once) the transaction that commits with the stored reply. */
+  transaction?: () => Promise<H>;
+}
+
+export interface MiddlewareOptions<Req = any> {
+  scope: string | ((req: Req) => string);
+  /** Default: the Idempotency-Key header. */
+  key?: { header: string } | { fields: string[] } | ((req: Req) => string | undefined | null);
+  /** false: a request without a key passes through, not idempotent.  Default true (400). */
+  required?: boolean;
+  /** Keys are unique per tenant: the key is stored as `${encodeURIComponent(tenant)}/${key}`. */
+  tenant?: (req: Req) => string | undefined | null;
+  /** Which replies are stored (and replayed).  Default: status < 500. */
+  store?: (status: number) => boolean;
+  mode?: 'transaction' | 'lease';
+  /** Overrides the scope's lease for each attempt. */
+  lease?: Duration;
+  /** mode 'lease': the heartbeat (default true: every third of the lease). */
+  heartbeat?: boolean | { everyMs?: number; extend?: Duration };
+  /** The base of the problem types (RFC 9457) of the middleware's own answers. */
+  problemTypeBase?: string;
+}
+
+export type ExpressLikeMiddleware = (req: IncomingMessage & { body?: unknown; originalUrl?: string },
+  res: ServerResponse, next: (err?: unknown) => void) => Promise<void>;
+
+export declare function idempotency(idem: Idempo, options: MiddlewareOptions): ExpressLikeMiddleware;
+export declare function send(res: ServerResponse, answer: { status: number; headers: Record<string, string | string[]>; body: string | Buffer }): void;
+
+declare global {
+  namespace Express {
+    interface Request { idempotency?: IdempotencyContext; }
+  }
+}

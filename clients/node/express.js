@@ -1,0 +1,97 @@
+'use strict';
+// Idempotency keys for Express (4 and 5): a middleware per route, after the body parser and the
+// request's validation (a request refused before the claim leaves its key unused):
+//
+//   app.post('/orders', express.json(), validateOrder,
+//     idempotency(idem, { scope: 'http.orders' }),
+//     async (req, res) => {
+//       const { rows: [order] } = await req.idempotency.tx.query('INSERT ...');
+//       res.status(201).json(order);
+//     });
+//
+// mode 'transaction' (default): claim, the handler's writes (req.idempotency.tx) and the
+// stored reply commit together before the reply is sent.  mode 'lease': the claim commits with a
+// lease (kept by a heartbeat) for handlers that call another system; the business write goes
+// in `await req.idempotency.transaction()`, which commits with the stored reply.
+// The rules of every answer: lib/http.js and docs/node.md.
+const { Refusal, keyOf, paramsOf, answerFor, Exchange, scopeOf } = require('./lib/http');
+
+function send(res, answer) {
+  const body = Buffer.isBuffer(answer.body) ? answer.body : Buffer.from(answer.body ?? '', 'utf8');
+  res.writeHead(answer.status, { ...answer.headers, 'content-length': body.length });
+  res.end(body);
+}
+
+function idempotency(idem, options = {}) {
+  if (!idem || typeof idem.claim !== 'function') throw new TypeError('idempotency(idem, options): idem must be an Idempo');
+  return async function idempotencyMiddleware(req, res, next) {
+    let exchange;
+    try {
+      const scope = scopeOf(options, req);
+      const key = keyOf(req, options, {
+        headerValues: (name) => (req.headersDistinct ? req.headersDistinct[name] : req.headers[name]),
+        body: req.body,
+      });
+      if (key === null) return next();          // required: false and no key: not idempotent
+      const params = paramsOf({
+        method: req.method, path: req.originalUrl ?? req.url, contentType: req.headers['content-type'],
+        body: req.body, rawBody: req.rawBody,
+      });
+      exchange = new Exchange(idem, options, scope, key, params);
+      const begun = await exchange.begin();
+      if (begun.answer) return send(res, begun.answer);
+      req.idempotency = begun.acquired;
+      capture(res, exchange);
+      return next();
+    } catch (err) {
+      if (err instanceof Refusal) return send(res, err.reply);
+      if (exchange) await exchange.abandon(err);
+      return next(err);
+    }
+  };
+}
+
+// Holds the reply back (writeHead/write/end) until it is stored and committed, then sends it.
+// If the commit fails, the client gets a 500 and nothing is stored.
+function capture(res, exchange) {
+  const original = { writeHead: res.writeHead, write: res.write, end: res.end };
+  const chunks = [];
+  const toBuffer = (chunk, encoding) => (Buffer.isBuffer(chunk) ? chunk
+    : chunk instanceof Uint8Array ? Buffer.from(chunk) : Buffer.from(String(chunk), typeof encoding === 'string' ? encoding : 'utf8'));
+  res.writeHead = function writeHead(status, reason, headers) {
+    const h = typeof reason === 'object' && reason !== null ? reason : headers;
+    res.statusCode = status;
+    if (typeof reason === 'string') res.statusMessage = reason;
+    if (Array.isArray(h)) for (let i = 0; i + 1 < h.length; i += 2) res.setHeader(h[i], h[i + 1]);
+    else if (h) for (const [name, value] of Object.entries(h)) res.setHeader(name, value);
+    return res;
+  };
+  res.write = function write(chunk, encoding, cb) {
+    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    const done = typeof encoding === 'function' ? encoding : cb;
+    if (done) process.nextTick(done);
+    return true;
+  };
+  res.end = function end(chunk, encoding, cb) {
+    if (typeof chunk === 'function') { cb = chunk; chunk = undefined; }
+    if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    Object.assign(res, original);
+    const body = Buffer.concat(chunks);
+    exchange.finish(res.statusCode, res.getHeaders(), body).then(
+      () => {
+        if (res.getHeader('transfer-encoding') === undefined) res.setHeader('content-length', body.length);
+        res.end(body, cb);
+      },
+      (err) => {
+        // not committed: the key stays free; say so rather than send a reply that was not kept
+        for (const name of res.getHeaderNames()) res.removeHeader(name);
+        res.statusCode = 500;
+        res.setHeader('content-type', 'application/problem+json');
+        res.end(JSON.stringify({ title: 'The reply could not be stored', status: 500, detail: String(err.message) }));
+      });
+    return res;
+  };
+}
+
+module.exports = { idempotency, send };

@@ -1,0 +1,87 @@
+'use strict';
+// Idempotency keys for Fastify (4 and 5): a plugin whose hooks act on the routes that ask for it
+// in their config.  Fastify validates the body (schema) before the claim, so an invalid request
+// leaves its key unused.
+//
+//   await app.register(require('idempo/fastify'), { idem });
+//   app.post('/orders', { config: { idempotency: { scope: 'http.orders' } } }, async (req, reply) => {
+//     const { rows: [order] } = await req.idempotency.tx.query('INSERT ...');
+//     return reply.code(201).send(order);
+//   });
+//
+// Options given to register are defaults for every route; a route's config overrides them.
+// mode 'transaction' and 'lease' as in express.js; the reply is stored and committed in onSend,
+// before it is sent.
+const { Refusal, keyOf, paramsOf, answerFor, Exchange, scopeOf } = require('./lib/http');
+
+function sendAnswer(reply, answer) {
+  reply.code(answer.status);
+  for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
+  return reply.send(answer.body);
+}
+
+async function idempoPlugin(fastify, defaults) {
+  const { idem, ...routeDefaults } = defaults;
+  if (!idem || typeof idem.claim !== 'function') throw new TypeError('idempo/fastify: register it with { idem }');
+  fastify.decorateRequest('idempotency', null);
+
+  fastify.addHook('preHandler', async (request, reply) => {
+    const config = request.routeOptions ? request.routeOptions.config : reply.context.config;
+    if (!config || !config.idempotency) return undefined;
+    const options = { ...routeDefaults, ...config.idempotency };
+    let exchange;
+    try {
+      const scope = scopeOf(options, request);
+      const key = keyOf(request, options, {
+        headerValues: (name) => request.raw.headersDistinct ? request.raw.headersDistinct[name] : request.headers[name],
+        body: request.body,
+      });
+      if (key === null) return undefined;
+      const params = paramsOf({
+        method: request.method, path: request.url, contentType: request.headers['content-type'],
+        body: request.body, rawBody: request.rawBody,
+      });
+      exchange = new Exchange(idem, options, scope, key, params);
+      const begun = await exchange.begin();
+      if (begun.answer) return sendAnswer(reply, begun.answer);
+      request.idempotency = begun.acquired;
+      request.idempoExchange = exchange;
+      return undefined;
+    } catch (err) {
+      if (err instanceof Refusal) return sendAnswer(reply, err.reply);
+      if (exchange) await exchange.abandon(err);
+      throw err;
+    }
+  });
+
+  fastify.addHook('onSend', async (request, reply, payload) => {
+    const exchange = request.idempoExchange;
+    if (!exchange || exchange.finished) return payload;
+    let body;
+    if (payload === null || payload === undefined) body = Buffer.alloc(0);
+    else if (Buffer.isBuffer(payload)) body = payload;
+    else if (typeof payload === 'string') body = Buffer.from(payload, 'utf8');
+    else {
+      // a stream cannot be stored: treated as a reply that is not kept
+      await exchange.abandon(new Error('a streamed reply cannot be stored'));
+      return payload;
+    }
+    await exchange.finish(reply.statusCode, reply.getHeaders(), body);
+    return payload;
+  });
+
+  // the request ended without onSend having stored it (a stream, a framework error): undo
+  fastify.addHook('onResponse', async (request) => {
+    const exchange = request.idempoExchange;
+    if (exchange && !exchange.finished) await exchange.abandon();
+  });
+}
+// Like fastify-plugin: the hooks apply to the routes of the context that registers it.
+idempoPlugin[Symbol.for('skip-override')] = true;
+idempoPlugin[Symbol.for('fastify.display-name')] = 'idempo';
+idempoPlugin[Symbol.for('plugin-meta')] = { name: 'idempo', fastify: '>=4' };
+
+module.exports = idempoPlugin;
+module.exports.default = idempoPlugin;
+module.exports.idempotency = idempoPlugin;
+module.exports.answerFor = answerFor;

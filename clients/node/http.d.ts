@@ -1,0 +1,20 @@
+// idempo/http: what the Express and Fastify middleware share (for other frameworks, and tests).
+import type { RawJson } from './index';
+
+export interface Answer { status: number; headers: Record<string, string | string[]>; body: string | Buffer; }
+export interface StoredReply { status: number; headers: [string, string][]; body?: string; body_base64?: string; }
+
+/** The fingerprint's input: method, path (with the query) and the body (JSON, or media type + SHA-256). */
+export declare function paramsOf(request: {
+  method: string; path: string; contentType?: string; body?: unknown; rawBody?: Buffer | string;
+}): RawJson;
+export declare function storedReply(status: number, headers: Record<string, unknown>, body: Buffer): StoredReply;
+export declare function bodyOfStored(stored: StoredReply): string | Buffer;
+export declare function headersOfStored(stored: StoredReply): Record<string, string | string[]>;
+export declare function problem(status: number, slug: string, title: string, detail: string,
+  headers?: Record<string, string>, typeBase?: string): Answer;
+/** Replies stored by default: below 500, but not 400, 408, 409, 415, 422, 425, 429. */
+export declare function defaultStore(status: number): boolean;
+export declare const NOT_STORED: ReadonlySet<string>;
+export declare const NOT_STORED_4XX: ReadonlySet<number>;
+export declare class Refusal extends Error { readonly reply: Answer; }

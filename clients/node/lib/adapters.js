@@ -1,0 +1,126 @@
+'use strict';
+// How idempo reaches the database.  The library never loads a driver itself (so that an
+// application's own copy of pg, Knex, Kysely or Prisma is the one used, also when this package
+// is linked with `npm install ./clients/node`); an adapter turns the application's object into
+//   query(text, values) -> rows      one statement; text uses $1, $2, ... once each, in order
+//   transaction(fn)                  fn(adapter of the transaction), committed if fn resolves
+//   handle                           what a user's function gets to write in the transaction
+//   bind(handle)                     the adapter of a transaction the caller opened
+// SQL text written for these adapters casts every result column to a plain type (text, int,
+// jsonb, timestamptz) so that every driver can read it (Prisma reads no custom enum).
+
+// node-postgres: a Pool, a Client, or a PoolClient (pool.connect()).
+function pg(db, { inTransaction = false } = {}) {
+  const isPool = typeof db.connect === 'function' && 'totalCount' in db && typeof db.release !== 'function';
+  return {
+    kind: 'pg',
+    handle: db,
+    inTransaction,
+    async query(text, values) {
+      return (await db.query(text, values)).rows;
+    },
+    async transaction(fn) {
+      const client = isPool ? await db.connect() : db;
+      let broken;
+      try {
+        await client.query('BEGIN');
+        const value = await fn(pg(client, { inTransaction: true }));
+        await client.query('COMMIT');
+        return value;
+      } catch (err) {
+        // A failed COMMIT has ended the transaction already; ROLLBACK then only warns.
+        await client.query('ROLLBACK').catch((e) => { broken = e; });
+        throw err;
+      } finally {
+        if (isPool) client.release(broken);
+      }
+    },
+    bind(handle) {
+      return pg(handle, { inTransaction: true });
+    },
+  };
+}
+
+// Knex (over pg): the knex instance, or a transaction `trx` of knex.transaction().
+function toQuestionMarks(text) {
+  let next = 1;
+  return text.replace(/\$(\d+)/g, (_, n) => {
+    if (Number(n) !== next) throw new Error(`idempo: placeholder $${n} out of order for Knex`);
+    next += 1;
+    return '?';
+  });
+}
+function knex(db, { inTransaction = Boolean(db.isTransaction) } = {}) {
+  return {
+    kind: 'knex',
+    handle: db,
+    inTransaction,
+    async query(text, values) {
+      const out = await db.raw(toQuestionMarks(text), values);
+      return out.rows ?? out;
+    },
+    transaction(fn) {
+      return db.transaction((trx) => fn(knex(trx, { inTransaction: true })));
+    },
+    bind(handle) {
+      return knex(handle, { inTransaction: true });
+    },
+  };
+}
+
+// Prisma: the PrismaClient, or the `tx` of prisma.$transaction(async (tx) => ...).
+// options.transaction: passed to $transaction (e.g. {timeout: 10000}; Prisma's default is 5 s).
+function prisma(db, { inTransaction = typeof db.$transaction !== 'function', transaction } = {}) {
+  return {
+    kind: 'prisma',
+    handle: db,
+    inTransaction,
+    query(text, values) {
+      return db.$queryRawUnsafe(text, ...values);
+    },
+    transaction(fn) {
+      return db.$transaction((tx) => fn(prisma(tx, { inTransaction: true })), transaction);
+    },
+    bind(handle) {
+      return prisma(handle, { inTransaction: true });
+    },
+  };
+}
+
+// Kysely (PostgresDialect): the Kysely instance or a transaction, and Kysely's CompiledQuery
+// class (the application's copy: `const { CompiledQuery } = require('kysely')`).
+function kysely(db, { CompiledQuery, inTransaction = Boolean(db.isTransaction) } = {}) {
+  if (!CompiledQuery || typeof CompiledQuery.raw !== 'function') {
+    throw new TypeError("idempo.kysely(db, { CompiledQuery }): pass CompiledQuery from 'kysely'");
+  }
+  return {
+    kind: 'kysely',
+    handle: db,
+    inTransaction,
+    async query(text, values) {
+      return (await db.executeQuery(CompiledQuery.raw(text, values))).rows;
+    },
+    transaction(fn) {
+      return db.transaction().execute((trx) => fn(kysely(trx, { CompiledQuery, inTransaction: true })));
+    },
+    bind(handle) {
+      return kysely(handle, { CompiledQuery, inTransaction: true });
+    },
+  };
+}
+
+function isAdapter(x) {
+  return x && typeof x.query === 'function' && typeof x.transaction === 'function' && typeof x.bind === 'function'
+    && typeof x.kind === 'string';
+}
+
+// The adapter for what the application passed: an adapter already, or a pg Pool/Client/PoolClient.
+function toAdapter(db) {
+  if (isAdapter(db)) return db;
+  if (db && typeof db.query === 'function' && typeof db.connect === 'function') return pg(db);
+  if (db && typeof db.query === 'function' && typeof db.release === 'function') return pg(db);
+  throw new TypeError('idempo: pass a pg Pool, Client or PoolClient, or an adapter: '
+    + 'idempo.knex(knex), idempo.prisma(prisma), idempo.kysely(db, { CompiledQuery })');
+}
+
+module.exports = { pg, knex, prisma, kysely, toAdapter, toQuestionMarks };

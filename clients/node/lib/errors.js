@@ -1,0 +1,123 @@
+'use strict';
+// The errors of idempo as classes.  Two families:
+//  - refusals of the database (a SQLSTATE, see docs/errors.md), mapped by fromDatabaseError();
+//  - outcomes the helpers cannot turn into a result (conflict, busy, in review...), which carry
+//    the claim they came from.
+// Every class extends IdempoError, so `err instanceof IdempoError` catches all of idempo's.
+
+class IdempoError extends Error {
+  constructor(message, { code, detail, hint, cause, scope, key } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    if (code !== undefined) this.code = code;
+    if (detail !== undefined) this.detail = detail;
+    if (hint !== undefined) this.hint = hint;
+    if (scope !== undefined) this.scope = scope;
+    if (key !== undefined) this.key = key;
+  }
+}
+
+// --- refusals: one class per SQLSTATE of docs/errors.md --------------------------------------
+class InvalidArgumentError extends IdempoError {}      // 22004, 22023
+class NotFoundError extends IdempoError {}             // 42704: unknown scope, no such operation
+class AlreadyExistsError extends IdempoError {}        // 42710
+class PermissionDeniedError extends IdempoError {}     // 42501: outside the scope's allowed_role
+class StateError extends IdempoError {}                // 55000: superseded attempt, disabled scope...
+class LockNotAvailableError extends IdempoError {}     // 55P03
+class SerializationError extends IdempoError {}        // 40001: retry the transaction
+class ReadOnlyError extends IdempoError {}             // 25006: read-only transaction, standby
+class NotReplicatedError extends IdempoError {}        // ID001: durability => 'replicated'
+class UndefinedFunctionError extends IdempoError {}    // 42883
+class FeatureNotSupportedError extends IdempoError {}  // 0A000
+class DependentObjectsError extends IdempoError {}     // 2BP01
+// The database's idempo is missing, or of a version this library does not support.
+class UnsupportedVersionError extends IdempoError {}
+
+const BY_SQLSTATE = {
+  '22004': InvalidArgumentError,
+  '22023': InvalidArgumentError,
+  '42704': NotFoundError,
+  '42710': AlreadyExistsError,
+  '42501': PermissionDeniedError,
+  '55000': StateError,
+  '55P03': LockNotAvailableError,
+  '40001': SerializationError,
+  '25006': ReadOnlyError,
+  'ID001': NotReplicatedError,
+  '42883': UndefinedFunctionError,
+  '0A000': FeatureNotSupportedError,
+  '2BP01': DependentObjectsError,
+};
+
+// An error of the driver (pg, Knex over pg, Prisma's raw queries) as idempo's class for its
+// SQLSTATE; anything else (a lost connection, an unrelated SQLSTATE) is returned unchanged.
+function fromDatabaseError(err, scope, key) {
+  if (err instanceof IdempoError || err === null || typeof err !== 'object') return err;
+  // pg and Knex put the SQLSTATE in .code; Prisma's raw query errors in .meta.code
+  const code = typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code
+    : (err.meta && typeof err.meta.code === 'string' ? err.meta.code : undefined);
+  const Class = code && BY_SQLSTATE[code];
+  if (!Class) return err;
+  const message = err.meta && err.meta.message ? err.meta.message : err.message;
+  return new Class(message, { code, detail: err.detail, hint: err.hint, cause: err, scope, key });
+}
+
+// --- outcomes the helpers raise ---------------------------------------------------------------
+class OutcomeError extends IdempoError {
+  constructor(message, claim, extra = {}) {
+    super(message, { scope: extra.scope, key: extra.key });
+    this.outcome = claim ? claim.outcome : undefined;
+    this.status = claim ? claim.status : undefined;
+    this.claim = claim;
+  }
+}
+// The same key with other parameters.  conflictId names the row of idempo.conflicts;
+// changedFields is [{field, stored, incoming}] in store_params scopes, else null.
+class ConflictError extends OutcomeError {
+  constructor(message, claim, extra = {}) {
+    super(message, claim, extra);
+    this.conflictId = claim ? claim.conflictId : null;
+    this.changedFields = extra.changedFields ?? null;
+  }
+}
+// Another worker holds the key (its transaction, its lease, or its verification of an unknown
+// outcome).  retryAfterMs: when it is worth asking again.
+class BusyError extends OutcomeError {
+  constructor(message, claim, extra = {}) {
+    super(message, claim, extra);
+    this.leaseExpiresAt = claim ? claim.leaseExpiresAt : null;
+    this.retryAfterMs = extra.retryAfterMs ?? null;
+  }
+}
+// in_review or stale: nothing automatic may run it; a person decides (idempo.resolve).
+class InReviewError extends OutcomeError {
+  constructor(message, claim, extra = {}) {
+    super(message, claim, extra);
+    this.reviewId = claim ? claim.reviewId : null;
+  }
+}
+// stale: no record, and the intent is older than the scope's retention (claim's intent_at): the
+// record may have been purged, so "new" cannot be proven; a review was opened.
+class StaleError extends InReviewError {}
+// expired: a remembered key whose result is gone (scopes with `remember`).
+class ExpiredError extends OutcomeError {}
+// The outcome of an attempt is in doubt and could not be settled now: the key is `unknown`
+// (or will be when the lease runs out) until a lookup in the target system verifies it.
+class UnknownOutcomeError extends OutcomeError {
+  constructor(message, claim, extra = {}) {
+    super(message, claim, extra);
+    this.attempt = extra.attempt ?? (claim ? claim.attempt : null);
+    if (extra.cause !== undefined) this.cause = extra.cause;
+  }
+}
+// The attempt lost its key while it ran (its lease ran out and another worker took the key
+// over, or a person resolved it): this worker's result was not recorded.
+class LeaseLostError extends IdempoError {}
+
+module.exports = {
+  IdempoError, InvalidArgumentError, NotFoundError, AlreadyExistsError, PermissionDeniedError,
+  StateError, LockNotAvailableError, SerializationError, ReadOnlyError, NotReplicatedError,
+  UndefinedFunctionError, FeatureNotSupportedError, DependentObjectsError, UnsupportedVersionError,
+  OutcomeError, ConflictError, BusyError, InReviewError, StaleError, ExpiredError, UnknownOutcomeError,
+  LeaseLostError, fromDatabaseError, BY_SQLSTATE,
+};

@@ -1,0 +1,339 @@
+'use strict';
+// What the Express and Fastify middleware share: the Idempotency-Key (IETF HTTPAPI draft
+// "The Idempotency-Key HTTP Header Field", and Stripe), the request fingerprint, the stored
+// reply and the answer to every outcome of a claim:
+//   first request                          -> the handler runs; its reply is stored with the key
+//   the same request again                 -> the stored status, headers and body + Idempotent-Replayed: true
+//   again while the first is still running -> 409 + Retry-After (busy; the claim does not wait)
+//   the same key, another method/path/body -> 422 (conflict, recorded in idempo.conflicts)
+//   missing or malformed key               -> 400, no claim
+//   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
+// Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
+// refuse the request: 400, 408, 409, 415, 422, 425, 429): a reply
+// that is not stored rolls the transaction back (or, with a lease, fails the attempt as
+// retryable), so the retry runs afresh.
+const crypto = require('node:crypto');
+const { rawJson, Outcome } = require('./client');
+
+const MAX_KEY_LENGTH = 255;
+const DEFAULT_TYPE_BASE = 'https://idempo.dev/problems';
+
+class Refusal extends Error {
+  constructor(reply) {
+    super(reply.body);
+    this.reply = reply;
+  }
+}
+
+function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE) {
+  return {
+    status,
+    headers: { 'content-type': 'application/problem+json', ...headers },
+    body: JSON.stringify({ type: `${typeBase}#${slug}`, title, status, detail }),
+  };
+}
+
+// The header's value(s) -> the key.  Bare (Stripe) or a Structured Field String (the draft).
+function parseHeaderKey(values, header, typeBase) {
+  const malformed = (why) => new Refusal(problem(400, 'malformed-key', `Malformed ${header}`, why, {}, typeBase));
+  if (values === undefined || values === null || (Array.isArray(values) && values.length === 0)) return undefined;
+  const list = Array.isArray(values) ? values : [values];
+  if (list.length > 1) throw malformed(`Send one ${header} header.`);
+  let key = String(list[0]).trim();
+  if (key.startsWith('"')) {
+    const quoted = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/.exec(key);
+    if (!quoted) throw malformed('Not a valid Structured Field String.');
+    key = quoted[1].replace(/\\(["\\])/g, '$1');
+  }
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw malformed(`The key must have 1 to ${MAX_KEY_LENGTH} characters.`);
+  if (!/^[\x20-\x7e]+$/.test(key)) throw malformed('The key must be visible ASCII.');
+  return key;
+}
+
+// options.key: undefined (the Idempotency-Key header), {header: 'X-Request-Key'},
+// {fields: ['order_id', 'line']} (values of the JSON body's top-level fields, joined by '/'),
+// or a function (req) -> string | undefined.
+function keyOf(req, options, { headerValues, body }) {
+  const spec = options.key;
+  const typeBase = options.problemTypeBase;
+  let key;
+  let what;
+  if (typeof spec === 'function') {
+    key = spec(req);
+    what = 'an idempotency key';
+    if (key !== undefined && key !== null) key = String(key);
+  } else if (spec && Array.isArray(spec.fields)) {
+    what = `the fields ${spec.fields.join(', ')} in the body`;
+    const values = spec.fields.map((f) => (body && typeof body === 'object' ? body[f] : undefined));
+    if (values.every((v) => typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v)))) {
+      key = values.map(String).join('/');
+    }
+    if (key !== undefined && key.trim() === '') key = undefined;
+  } else {
+    const header = (spec && spec.header) || 'Idempotency-Key';
+    what = `an ${header} header: a new unique value (a UUID) per operation, the same value when retrying it`;
+    key = parseHeaderKey(headerValues(header.toLowerCase()), header, typeBase);
+  }
+  if (key === undefined || key === null) {
+    if (options.required === false) return null;
+    throw new Refusal(problem(400, 'missing-key', 'Idempotency key is missing', `This operation requires ${what}.`, {}, typeBase));
+  }
+  const tenant = typeof options.tenant === 'function' ? options.tenant(req) : undefined;
+  // keys are unique per client: the tenant prefixes the key ('/' in a tenant is escaped)
+  return tenant === undefined || tenant === null ? key : `${encodeURIComponent(String(tenant))}/${key}`;
+}
+
+function mediaTypeOf(contentType) {
+  return String(contentType ?? '').split(';')[0].trim().toLowerCase();
+}
+const isJson = (mediaType) => mediaType === 'application/json' || mediaType.endsWith('+json');
+
+// The fingerprint's input: method, path (with the query) and body.  A JSON body goes in as JSON
+// (the raw text when the application kept it, so big numbers keep every digit), any other body
+// as its media type and SHA-256.  Key order, whitespace and 2 vs 2.0 do not matter (jsonb).
+function paramsOf({ method, path, contentType, body, rawBody }) {
+  const head = `{"method":${JSON.stringify(method)},"path":${JSON.stringify(path)}`;
+  const mediaType = mediaTypeOf(contentType);
+  if (body === undefined || body === null || (Buffer.isBuffer(body) && body.length === 0) || body === '') {
+    if (rawBody === undefined || rawBody === null || rawBody.length === 0) return rawJson(`${head}}`);
+  }
+  if (isJson(mediaType) || (body !== null && typeof body === 'object' && !Buffer.isBuffer(body))) {
+    const text = rawBody !== undefined && rawBody !== null && rawBody.length > 0
+      ? (Buffer.isBuffer(rawBody) ? rawBody.toString('utf8') : String(rawBody))
+      : JSON.stringify(body);
+    return rawJson(`${head},"json":${text}}`);
+  }
+  const bytes = Buffer.isBuffer(rawBody) ? rawBody : Buffer.isBuffer(body) ? body : Buffer.from(String(rawBody ?? body), 'utf8');
+  const sha256 = crypto.createHash('sha256').update(bytes).digest('hex');
+  return rawJson(`${head},"media_type":${JSON.stringify(mediaType)},"sha256":"${sha256}"}`);
+}
+
+// Headers that belong to a connection, not to the reply: never stored or replayed.
+const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
+  'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', 'idempotent-replayed']);
+
+// A reply as stored in the claim's result, the same as idempo's Python middleware stores it (a
+// service in either language replays the other's): {status, headers: [[name, value], ...] (names
+// lower case, repeated names kept), body} with the body as text, or body_base64 when it is not
+// UTF-8, so a replay is byte-for-byte the original.
+function storedReply(status, headers, bodyBuffer) {
+  const kept = [];
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || NOT_STORED.has(name.toLowerCase())) continue;
+    for (const v of Array.isArray(value) ? value : [value]) kept.push([name.toLowerCase(), String(v)]);
+  }
+  const text = bodyBuffer.toString('utf8');
+  if (Buffer.from(text, 'utf8').equals(bodyBuffer)) return { status, headers: kept, body: text };
+  return { status, headers: kept, body_base64: bodyBuffer.toString('base64') };
+}
+function bodyOfStored(stored) {
+  return typeof stored.body_base64 === 'string' ? Buffer.from(stored.body_base64, 'base64') : (stored.body ?? '');
+}
+// stored headers (pairs, or an object) -> an object for writeHead (repeated names as arrays)
+function headersOfStored(stored) {
+  const out = {};
+  const pairs = Array.isArray(stored.headers) ? stored.headers : Object.entries(stored.headers ?? {});
+  for (const [name, value] of pairs) {
+    const n = String(name).toLowerCase();
+    if (out[n] === undefined) out[n] = value;
+    else out[n] = [].concat(out[n], value);
+  }
+  return out;
+}
+
+// The 4xx that say the request was not taken up (bad request, timeout, conflict, media type,
+// validation, too early, too many requests): not stored, like 5xx, so the retry runs again.
+const NOT_STORED_4XX = new Set([400, 408, 409, 415, 422, 425, 429]);
+// Which replies are stored by default: 2xx, 3xx and the 4xx a handler decided (404, 402...).
+const defaultStore = (status) => status < 500 && !NOT_STORED_4XX.has(status);
+
+// The reply for an outcome that did not hand the work to this request.
+function answerFor(claimOrError, options) {
+  const typeBase = options.problemTypeBase;
+  const claim = claimOrError.claim ?? claimOrError;
+  switch (claim.outcome) {
+    case Outcome.REPLAY: {
+      const stored = claim.result;
+      if (!stored || typeof stored !== 'object' || typeof stored.status !== 'number') {
+        return problem(409, 'not-a-reply', 'This key was completed outside this API',
+          'Its stored result is not an HTTP reply; use a new key for a new operation.', {}, typeBase);
+      }
+      return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
+    }
+    case Outcome.BUSY: {
+      const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : 1000;
+      return problem(409, 'key-in-use', 'A request with this idempotency key is being processed',
+        'Retry later with the same key.', { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) }, typeBase);
+    }
+    case Outcome.CONFLICT:
+      return problem(422, 'key-reused', 'This idempotency key was used for a different request',
+        'The key was first used with another method, path or body. Use a new key for a new operation.', {}, typeBase);
+    default:
+      return problem(409, 'key-in-review', 'The request with this idempotency key needs attention',
+        `Its outcome is ${claim.outcome}; do not retry it under a new key, contact support.`, {}, typeBase);
+  }
+}
+
+// A promise and its resolve/reject, to keep a transaction open across a framework's callbacks.
+function deferred() {
+  let resolve;
+  let reject;
+  const promise = new Promise((res, rej) => { resolve = res; reject = rej; });
+  return { promise, resolve, reject };
+}
+
+class NotStored extends Error {}
+
+// One request's life with idempo, whatever the framework: begin() claims and, when acquired,
+// gives the transaction (mode 'transaction') or the attempt with its lease (mode 'lease');
+// finish(status, headers, body) stores the reply or not, commits or rolls back.
+class Exchange {
+  constructor(idem, options, scope, key, params) {
+    this.idem = idem;
+    this.options = options;
+    this.scope = scope;
+    this.key = key;
+    this.params = params;
+    this.mode = options.mode ?? 'transaction';
+    this.finished = false;
+  }
+
+  // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
+  async begin() {
+    await this.idem.ensureVersion();
+    if (this.mode === 'lease') return this._beginLease();
+    const claimed = deferred();
+    this.reply = deferred();
+    this.txDone = this.idem.db.transaction(async (db) => {
+      const claim = await this._claim(db);
+      claimed.resolve({ claim, db });
+      if (claim.outcome !== Outcome.ACQUIRED) return null;
+      const { status, headers, body } = await this.reply.promise;
+      if (!this.store(status)) throw new NotStored();
+      await new this.idem.constructor(db, this.idem.options, this.idem.root)
+        .complete(this.scope, this.key, { result: storedReply(status, headers, body) });
+      return null;
+    }).catch((err) => {
+      if (err instanceof NotStored) return null;
+      claimed.resolve({ error: err });     // a failed claim (or BEGIN) answers begin()
+      throw err;
+    });
+    this.txDone.catch(() => {});
+    const { claim, db, error } = await claimed.promise;
+    if (error) throw translate(error, this.options);
+    if (claim.outcome !== Outcome.ACQUIRED) {
+      await this.txDone;
+      return { answer: answerFor(claim, this.options) };
+    }
+    this.claim = claim;
+    return { acquired: { scope: this.scope, key: this.key, attempt: claim.attempt, tx: db.handle, claim } };
+  }
+
+  async _claim(db) {
+    try {
+      return await new this.idem.constructor(db, this.idem.options, this.idem.root)
+        ._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
+    } catch (err) {
+      throw translate(err, this.options);
+    }
+  }
+
+  async _beginLease() {
+    let claim;
+    try {
+      claim = await this.idem.claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease });
+    } catch (err) {
+      throw translate(err, this.options);
+    }
+    if (claim.outcome !== Outcome.ACQUIRED) return { answer: answerFor(claim, this.options) };
+    this.claim = claim;
+    const abort = new AbortController();
+    this.beat = this.options.heartbeat === false ? null
+      : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort);
+    // the business write's transaction, opened when the handler asks for it
+    this.transaction = async () => {
+      if (this.txHandle) return this.txHandle;
+      const opened = deferred();
+      this.reply = deferred();
+      this.txDone = this.idem.db.transaction(async (db) => {
+        opened.resolve(db.handle);
+        const { status, headers, body } = await this.reply.promise;
+        if (!this.store(status)) throw new NotStored();
+        await new this.idem.constructor(db, this.idem.options, this.idem.root)
+          .complete(this.scope, this.key, { attempt: claim.attempt, result: storedReply(status, headers, body) });
+        return null;
+      });
+      this.txDone.catch((err) => opened.reject(err));
+      this.txHandle = await opened.promise;
+      return this.txHandle;
+    };
+    return {
+      acquired: {
+        scope: this.scope, key: this.key, attempt: claim.attempt, claim, signal: abort.signal, transaction: this.transaction,
+      },
+    };
+  }
+
+  store(status) {
+    return (this.options.store ?? defaultStore)(status);
+  }
+
+  // The handler's reply: stored and committed (resolves) or not (rolled back; with a lease the
+  // attempt is failed as retryable).  Rejects if the commit failed: the reply must not be sent.
+  async finish(status, headers, body) {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.mode !== 'lease') {
+      this.reply.resolve({ status, headers, body });
+      await this.txDone;
+      return;
+    }
+    try {
+      if (this.txDone) {
+        this.reply.resolve({ status, headers, body });
+        await this.txDone.catch((err) => { if (!(err instanceof NotStored)) throw err; });
+      } else if (this.store(status)) {
+        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: storedReply(status, headers, body) });
+      }
+      if (!this.store(status)) {
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
+          .catch((e) => this.idem.log.error(`idempo: fail(${this.scope}, ${this.key}) refused: ${e.message}`));
+      }
+    } finally {
+      if (this.beat) await this.beat.stop();
+    }
+  }
+
+  // The request ended without a reply the middleware saw (the framework failed): undo.
+  async abandon(err) {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.reply) this.reply.reject(err ?? new NotStored());
+    if (this.txDone) await this.txDone.catch(() => {});
+    if (this.mode === 'lease' && this.claim) {
+      if (this.beat) await this.beat.stop();
+      await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: 'no reply', retryable: true }).catch(() => {});
+    }
+  }
+}
+
+// A claim's error that is the client's fault: JSON that JavaScript accepts but jsonb does not
+// (a \u0000 escape, a lone surrogate) -> 400.
+function translate(err, options) {
+  const code = err && (err.code ?? (err.cause && err.cause.code));
+  if (code === '22P02' || code === '22P05') {
+    return new Refusal(problem(400, 'invalid-json', 'The body is not valid JSON', err.message, {}, options.problemTypeBase));
+  }
+  return err;
+}
+
+function scopeOf(options, req) {
+  const scope = typeof options.scope === 'function' ? options.scope(req) : options.scope;
+  if (typeof scope !== 'string' || scope === '') throw new TypeError('idempo middleware: options.scope must name a scope');
+  return scope;
+}
+
+module.exports = {
+  Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore,
+  mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored,
+};

@@ -1,0 +1,268 @@
+'use strict';
+// The HTTP behaviour table (test/examples/http/README.md, docs/node.md) on Express and Fastify,
+// over real HTTP against a real server (test/http/app.js as a child process), with the
+// database's rows to prove each business write happened once.
+const { describe, test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const { newPool, waitFor, newKey, one } = require('./helpers');
+const { startProvider, request } = require('./provider');
+
+let pool;
+let provider;
+before(async () => {
+  pool = newPool();
+  await pool.query(`CREATE SCHEMA IF NOT EXISTS shop;
+    CREATE TABLE IF NOT EXISTS shop.orders (id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      customer text NOT NULL, sku text NOT NULL, qty integer NOT NULL CHECK (qty > 0));
+    CREATE TABLE IF NOT EXISTS shop.payments (id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      order_id integer NOT NULL, amount_cents integer NOT NULL, charge_id text NOT NULL UNIQUE)`);
+  provider = await startProvider({ dedupe: true });
+});
+after(async () => {
+  provider.server.close();
+  await pool.end();
+});
+
+function startService(framework, prefix) {
+  const child = spawn(process.execPath, [path.join(__dirname, 'http', 'app.js'), framework], {
+    env: { ...process.env, PROVIDER_URL: provider.url, SCOPE_PREFIX: prefix },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the service did not start')), 30000);
+    child.on('exit', (code) => reject(new Error(`the service exited (${code})`)));
+    child.stdout.setEncoding('utf8').on('data', (text) => {
+      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(text);
+      if (m) { clearTimeout(timer); resolve({ child, url: m[1] }); }
+    });
+  });
+}
+
+for (const framework of ['express', 'fastify']) {
+  describe(framework, () => {
+    const prefix = `http.${framework}.${process.pid}`;
+    let service;
+    const post = (target, body, key, headers = {}) => request(service.url + target, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const ordersOf = (customer) => one(pool, 'SELECT count(*)::int FROM shop.orders WHERE customer = $1', [customer]);
+    const statusOf = (scope, key) => one(pool, 'SELECT status::text FROM idempo.lookup($1, $2)', [scope, key]);
+    const c = (name) => `${framework}-${name}-${process.pid}`;
+
+    before(async () => {
+      await pool.query(`SELECT idempo.create_scope($1, retention => '24 hours');
+                        SELECT idempo.create_scope($2);
+                        SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5)`
+        .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`));
+      service = await startService(framework, prefix);
+    });
+    after(() => { service.child.kill(); });
+
+    const key = newKey();
+    const order = { customer: c('ada'), sku: 'A-7', qty: 2 };
+    let first;
+
+    test('first request: the handler\'s reply (201), not marked as replayed', async () => {
+      first = await post('/orders', order, key);
+      assert.equal(first.status, 201, first.body);
+      assert.equal(JSON.parse(first.body).customer, order.customer);
+      assert.equal(first.headers['idempotent-replayed'], undefined);
+    });
+
+    test('the same request again (reordered, 2.0): the stored status, headers and body + Idempotent-Replayed: true', async () => {
+      const again = await post('/orders', `{ "qty": 2.0, "sku": "A-7", "customer": "${order.customer}" }`, key);
+      assert.equal(again.status, 201);
+      assert.equal(again.body, first.body);
+      assert.equal(again.headers['content-type'], first.headers['content-type']);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(await ordersOf(order.customer), 1);
+      const quoted = await post('/orders', order, `"${key}"`);        // the draft's quoted form: the same key
+      assert.equal(quoted.headers['idempotent-replayed'], 'true');
+    });
+
+    test('the same key with another body or path: 422, recorded in idempo.conflicts, nothing run', async () => {
+      const changed = await post('/orders', { ...order, qty: 5 }, key);
+      assert.equal(changed.status, 422);
+      assert.match(changed.headers['content-type'], /^application\/problem\+json/);
+      assert.equal((await post('/orders?coupon=x', order, key)).status, 422);
+      assert.equal(await one(pool, 'SELECT count(*)::int FROM idempo.conflicts WHERE scope = $1 AND key = $2', [`${prefix}.orders`, key]), 2);
+      assert.equal(await ordersOf(order.customer), 1);
+    });
+
+    test('no key, or a malformed one (too long, empty, not visible ASCII, bad quoting, two headers): 400, no claim', async () => {
+      const who = c('badkey');
+      const missing = await post('/orders', { customer: who, sku: 'A-7', qty: 1 });
+      assert.equal(missing.status, 400);
+      assert.match(JSON.parse(missing.body).type, /#missing-key$/);
+      for (const bad of ['k'.repeat(256), '', '""', 'kéy', '"unterminated', [newKey(), newKey()]]) {
+        const answer = await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, bad);
+        assert.equal(answer.status, 400, `key ${JSON.stringify(bad).slice(0, 40)}`);
+      }
+      assert.equal(await ordersOf(who), 0);
+      assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, 'k'.repeat(255))).status, 201);
+    });
+
+    test('a body that fails validation (bad JSON, XML, bad order, \\u0000): 400 / 415, the key stays unused', async () => {
+      const k = newKey();
+      const who = c('bo');
+      assert.equal((await post('/orders', `{"customer": "${who}",`, k)).status, 400);
+      assert.equal((await post('/orders', '<customer>bo</customer>', k, { 'content-type': 'application/xml' })).status, 415);
+      assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 0 }, k)).status, 400);
+      assert.equal((await post('/orders', `{"customer": "${who}\\u0000", "sku": "A-7", "qty": 1}`, k)).status, 400);
+      assert.equal(await statusOf(`${prefix}.orders`, k), null);
+      assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, k)).status, 201);
+    });
+
+    test('again while the first is still running: 409 + Retry-After, then the first commits once', async () => {
+      const k = newKey();
+      const body = { customer: c('cy'), sku: 'A-7', qty: 1 };
+      const locker = await pool.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query('LOCK TABLE shop.orders IN SHARE MODE');       // the first request's INSERT waits
+        const firstCall = post('/orders', body, k);
+        firstCall.catch(() => {});
+        await waitFor('the first request to wait in its transaction', async () => (await one(pool,
+          `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1
+             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO shop.orders%'`, [`idempo-http-${framework}`])) === 1);
+        const retry = await post('/orders', body, k);
+        assert.equal(retry.status, 409);
+        assert.equal(retry.headers['retry-after'], '1');
+        await locker.query('COMMIT');
+        assert.equal((await firstCall).status, 201);
+      } finally {
+        locker.release();
+      }
+      assert.equal(await ordersOf(body.customer), 1);
+    });
+
+    test('the handler throws (one transaction): 500, nothing stored, the retry runs afresh', async () => {
+      const k = newKey();
+      const body = { customer: c('flaky'), sku: 'FLAKY', qty: 1 };
+      const failed = await post('/orders', body, k);
+      assert.equal(failed.status, 500);
+      assert.equal(await statusOf(`${prefix}.orders`, k), null);
+      assert.equal(await ordersOf(body.customer), 0);
+      const retry = await post('/orders', body, k);
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers['idempotent-replayed'], undefined);
+      assert.equal(await ordersOf(body.customer), 1);
+    });
+
+    test('the store rule: a 4xx the handler decided (404) is stored and replayed by default, a 409 is not; with store: 2xx only the 404 is not', async () => {
+      const k = newKey();
+      const gone = { customer: c('gone'), sku: 'GONE', qty: 1 };
+      assert.equal((await post('/orders', gone, k)).status, 404);
+      const again = await post('/orders', gone, k);
+      assert.equal(again.status, 404);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      // a 4xx that refuses the request (409, 422, 429...) is not stored by default: the retry runs again
+      const k3 = newKey();
+      const held = { customer: c('held'), sku: 'HELD', qty: 1 };
+      assert.equal((await post('/orders', held, k3)).status, 409);
+      const heldAgain = await post('/orders', held, k3);
+      assert.equal(heldAgain.status, 409);
+      assert.equal(heldAgain.headers['idempotent-replayed'], undefined);
+      assert.equal(await statusOf(`${prefix}.orders`, k3), null);
+      const k2 = newKey();
+      assert.equal((await post('/orders-strict', gone, k2)).status, 404);
+      assert.equal(await statusOf(`${prefix}.orders`, k2), null);
+      const again2 = await post('/orders-strict', gone, k2);
+      assert.equal(again2.headers['idempotent-replayed'], undefined);
+    });
+
+    test('keys are per tenant: the same key from two tenants is two operations', async () => {
+      const k = newKey();
+      const body = { customer: c('tenant'), sku: 'A-7', qty: 1 };
+      const a = await post('/orders', body, k, { 'x-tenant': 'acme' });
+      const b = await post('/orders', body, k, { 'x-tenant': 'globex' });
+      const a2 = await post('/orders', body, k, { 'x-tenant': 'acme' });
+      assert.equal(a.status, 201);
+      assert.equal(b.status, 201);
+      assert.equal(b.headers['idempotent-replayed'], undefined);
+      assert.equal(a2.headers['idempotent-replayed'], 'true');
+      assert.equal(await ordersOf(body.customer), 2);
+      assert.equal(await statusOf(`${prefix}.orders`, `acme/${k}`), 'succeeded');
+    });
+
+    test('a key from payload fields: the same fields replay, missing fields are 400', async () => {
+      const orderId = Math.floor(Math.random() * 1e9);
+      const s1 = await post('/shipments', { order_id: orderId, line: 1, note: 'x' });
+      assert.equal(s1.status, 201);
+      const s2 = await post('/shipments', { order_id: orderId, line: 1, note: 'x' });
+      assert.equal(s2.headers['idempotent-replayed'], 'true');
+      assert.equal(await statusOf(`${prefix}.shipments`, `${orderId}/1`), 'succeeded');
+      assert.equal((await post('/shipments', { order_id: orderId, line: 1, note: 'changed' })).status, 422);
+      assert.equal((await post('/shipments', { order_id: orderId })).status, 400);
+    });
+
+    test('unknown, in_review, stale, expired: 409, a person decides', async () => {
+      const k = newKey();
+      const body = { customer: c('review'), sku: 'A-7', qty: 1 };
+      assert.equal((await post('/orders', body, k)).status, 201);
+      await pool.query('SELECT idempo.request_review($1, $2)', [`${prefix}.orders`, k]);
+      const answer = await post('/orders', body, k);
+      assert.equal(answer.status, 409);
+      assert.match(JSON.parse(answer.body).type, /#key-in-review$/);
+    });
+
+    test('50 concurrent duplicates of one request: one execution', async () => {
+      const k = newKey();
+      const body = { customer: c('fifty'), sku: 'A-7', qty: 1 };
+      const answers = await Promise.all(Array.from({ length: 50 }, () => post('/orders', body, k)));
+      assert.equal(await ordersOf(body.customer), 1);
+      assert.equal(answers.filter((a) => a.status === 201 && !a.headers['idempotent-replayed']).length, 1);
+      assert.ok(answers.every((a) => a.status === 201 || (a.status === 409 && a.headers['retry-after'])),
+        answers.map((a) => a.status).join(','));
+      const after = await post('/orders', body, k);
+      assert.equal(after.headers['idempotent-replayed'], 'true');
+    });
+
+    test('two transactions (lease): the provider call fails -> 502 and the retry runs as the next attempt', async () => {
+      const k = newKey();
+      const body = { order_id: 1, amount_cents: 1500 };
+      provider.state.failNext = 1;
+      const failed = await post('/payments', body, k);
+      assert.equal(failed.status, 502);
+      assert.equal(await statusOf(`${prefix}.payments`, k), 'retryable');
+      const ok = await post('/payments', body, k);
+      assert.equal(ok.status, 201, ok.body);
+      assert.equal((await pool.query('SELECT attempt FROM idempo.lookup($1, $2)', [`${prefix}.payments`, k])).rows[0].attempt, 2);
+      const again = await post('/payments', body, k);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(again.body, ok.body);
+      assert.equal(await one(pool, 'SELECT count(*)::int FROM shop.payments WHERE charge_id = $1', [JSON.parse(ok.body).charge_id]), 1);
+    });
+
+    test('the service killed (kill -9) mid-call: 409 until the lease runs out, then the retry runs as the next attempt', async () => {
+      const k = newKey();
+      const body = { order_id: 2, amount_cents: 2500 };
+      let open;
+      provider.state.gate = new Promise((resolve) => { open = resolve; });
+      const other = await startService(framework, prefix);          // a second instance of the service
+      const doomed = post('/payments', body, k);
+      doomed.catch(() => {});
+      await waitFor('the call to reach the provider', async () => provider.state.waiting === 1);
+      const exited = new Promise((resolve) => service.child.once('exit', resolve));
+      service.child.kill('SIGKILL');
+      await exited;
+      provider.state.gate = null;
+      open();
+      await assert.rejects(doomed);
+      service = other;
+      const during = await post('/payments', body, k);             // within the 5 s lease
+      assert.equal(during.status, 409);
+      assert.ok(Number(during.headers['retry-after']) >= 1);
+      await waitFor('the lease to run out', async () => (await post('/payments', body, k)).status !== 409, 20000);
+      const op = (await pool.query('SELECT status::text, attempt FROM idempo.lookup($1, $2)', [`${prefix}.payments`, k])).rows[0];
+      assert.deepEqual(op, { status: 'succeeded', attempt: 2 });
+      const chargeId = provider.state.charges.get(`${prefix}.payments/${k}`).id;
+      assert.equal(await one(pool, 'SELECT count(*)::int FROM shop.payments WHERE charge_id = $1', [chargeId]), 1);
+      assert.equal(provider.state.actions.get(`${prefix}.payments/${k}`), 1);
+    });
+  });
+}

@@ -1,0 +1,126 @@
+'use strict';
+// A shop on Express or Fastify with idempo's middleware, for test/http.test.js (run as a child
+// process, so that it can be killed with SIGKILL).  node app.js express|fastify; PG* variables;
+// PROVIDER_URL; SCOPE_PREFIX.  Prints "listening on URL".
+//   POST /orders          one transaction: INSERT INTO shop.orders; sku FLAKY throws once per
+//                         key (500, not stored); sku GONE answers 404 (stored, a 4xx); sku
+//                         HELD answers 409 (a 4xx that refuses the request: not stored)
+//   POST /orders-strict   the same with store: only 2xx (a 404 is not stored)
+//   POST /shipments       key from the body's fields order_id and line
+//   POST /payments        lease: the provider is called, then INSERT INTO shop.payments
+const { Pool } = require('pg');
+const http = require('node:http');
+const { Idempo } = require('idempo');
+
+const framework = process.argv[2];
+const prefix = process.env.SCOPE_PREFIX;
+const pool = new Pool({ max: 60, application_name: `idempo-http-${framework}` });
+const idem = new Idempo(pool);
+const flaky = new Set();
+
+function validOrder(body) {
+  return body && typeof body === 'object' && typeof body.customer === 'string' && typeof body.sku === 'string'
+    && Number.isInteger(body.qty) && body.qty > 0;
+}
+const badOrder = { type: 'about:blank#invalid-order', title: 'Invalid order', status: 400 };
+
+async function createOrder(idempotency, body) {
+  if (body.sku === 'GONE') return { status: 404, body: { title: 'No such product', status: 404 } };
+  if (body.sku === 'HELD') return { status: 409, body: { title: 'Stock is being counted', status: 409 } };
+  const { rows: [order] } = await idempotency.tx.query(
+    'INSERT INTO shop.orders (customer, sku, qty) VALUES ($1, $2, $3) RETURNING id, customer, sku, qty',
+    [body.customer, body.sku, body.qty]);
+  if (body.sku === 'FLAKY' && !flaky.has(idempotency.key)) {
+    flaky.add(idempotency.key);
+    throw new Error('the handler failed');
+  }
+  return { status: 201, body: order };
+}
+
+function charge(providerKey, amount, signal) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${process.env.PROVIDER_URL}/charges`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': providerKey }, timeout: 10000, signal,
+    }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => (res.statusCode === 201 || res.statusCode === 200
+        ? resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')))
+        : reject(new Error(`provider answered ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ amount }));
+  });
+}
+
+async function pay(idempotency, body) {
+  let ch;
+  try {
+    ch = await charge(`${idempotency.scope}/${idempotency.key}`, body.amount_cents, idempotency.signal);
+  } catch (err) {
+    return { status: 502, body: { title: 'The payment provider did not answer', status: 502 } };
+  }
+  const tx = await idempotency.transaction();
+  const { rows: [payment] } = await tx.query(
+    `INSERT INTO shop.payments (order_id, amount_cents, charge_id) VALUES ($1, $2, $3)
+     RETURNING id, order_id, amount_cents, charge_id`, [body.order_id, body.amount_cents, ch.id]);
+  return { status: 201, body: payment };
+}
+
+const tenant = (req) => req.headers['x-tenant'];
+const orders = { scope: `${prefix}.orders`, tenant };
+const strict = { scope: `${prefix}.orders`, tenant, store: (status) => status >= 200 && status < 300 };
+const shipments = { scope: `${prefix}.shipments`, key: { fields: ['order_id', 'line'] } };
+const payments = { scope: `${prefix}.payments`, mode: 'lease' };
+
+async function express() {
+  const expressLib = require('express');
+  const { idempotency } = require('idempo/express');
+  const app = expressLib();
+  app.use(expressLib.json());
+  const validate = (req, res, next) => (validOrder(req.body) ? next() : res.status(400).json(badOrder));
+  const requireJson = (req, res, next) => (req.is('application/json') ? next() : res.status(415).json({ title: 'json only' }));
+  const handle = (fn) => async (req, res) => {
+    const out = await fn(req.idempotency, req.body);
+    res.status(out.status).json(out.body);
+  };
+  app.post('/orders', requireJson, validate, idempotency(idem, orders), handle(createOrder));
+  app.post('/orders-strict', requireJson, validate, idempotency(idem, strict), handle(createOrder));
+  app.post('/shipments', idempotency(idem, shipments), handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
+  app.post('/payments', idempotency(idem, payments), handle(pay));
+  // errors: problem details, and nothing of the error's text
+  app.use((err, req, res, next) => {     // eslint-disable-line no-unused-vars
+    res.status(err.status ?? err.statusCode ?? 500).json({ title: 'error', status: err.status ?? 500 });
+  });
+  return new Promise((resolve) => {
+    const server = app.listen(0, '127.0.0.1', () => resolve(server.address().port));
+  });
+}
+
+async function fastify() {
+  const app = require('fastify')();
+  await app.register(require('idempo/fastify'), { idem });
+  const orderSchema = {
+    body: {
+      type: 'object', required: ['customer', 'sku', 'qty'],
+      properties: { customer: { type: 'string' }, sku: { type: 'string' }, qty: { type: 'integer', minimum: 1 } },
+    },
+  };
+  const handle = (fn) => async (request, reply) => {
+    const out = await fn(request.idempotency, request.body);
+    return reply.code(out.status).send(out.body);
+  };
+  app.post('/orders', { schema: orderSchema, config: { idempotency: orders } }, handle(createOrder));
+  app.post('/orders-strict', { schema: orderSchema, config: { idempotency: strict } }, handle(createOrder));
+  app.post('/shipments', { config: { idempotency: shipments } }, handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
+  app.post('/payments', { config: { idempotency: payments } }, handle(pay));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return app.server.address().port;
+}
+
+(framework === 'express' ? express() : fastify()).then((port) => {
+  console.log(`listening on http://127.0.0.1:${port}`);
+}, (err) => {
+  console.error(err);
+  process.exit(1);
+});
