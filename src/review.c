@@ -6,8 +6,9 @@
  *
  * "I did not hear success" must never become "it did not happen":
  *	- verify(found => false) makes an unknown operation retryable only once
- *	  the scope's verify_settle has passed since the last attempt (an empty
- *	  lookup may be a lagging replica or a request still in flight);
+ *	  the scope's verify_settle has passed since the attempt's lease ran out,
+ *	  the last moment it could act (an empty lookup may be a lagging replica
+ *	  or a request sent late under the lease and still in flight);
  *	- in_review operations change only through resolve(), by a named person.
  *
  *-------------------------------------------------------------------------
