@@ -29,8 +29,8 @@ SELECT outcome FROM idempo.claim('wh', 'order-2', '{"qty":1}');
 SELECT idempo.verify('wh', 'order-2', attempt => 1, found => false);
 \set VERBOSITY default
 SELECT outcome, status FROM idempo.claim('wh', 'order-2', '{"qty":1}');
--- after the settle window (10 minutes since the last attempt) an empty lookup counts
-SET idempo.clock_offset = '11min';
+-- after the settle window (10 minutes since the last attempt's lease ran out) an empty lookup counts
+SET idempo.clock_offset = '16min';
 SELECT idempo.verify('wh', 'order-2', 1, false);
 SELECT status, error FROM idempo.lookup('wh', 'order-2');
 SELECT outcome, status, attempt FROM idempo.claim('wh', 'order-2', '{"qty":1}');
@@ -52,7 +52,7 @@ SELECT regress.err($$SELECT idempo.verify('wh', 'order-2', found => false)$$);
 -- attempt 2 and is refused.  Before the fence it made the key retryable and attempt 3 ran the
 -- action a second time.
 SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
-SET idempo.clock_offset = '11min';
+SET idempo.clock_offset = '16min';
 SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');
 SELECT idempo.verify('wh', 'order-5', attempt => 1, found => false);
 SELECT outcome, attempt FROM idempo.claim('wh', 'order-5', '{"qty":1}');

@@ -106,11 +106,22 @@ op_expiry(const OpRow *r, const IdempoScope *s, TimestampTz now, TimestampTz *ne
 	return EXPIRY_NONE;
 }
 
-/* An in_progress attempt whose lease ran out, made unknown. */
+/*
+ * An in_progress attempt whose lease ran out, made unknown.  last_attempt_at
+ * becomes the lease's end, the last moment the attempt could act: the worker
+ * may send its request at any time under its lease, so verify()'s settle
+ * window (review.c) counts from there.  Counted from the claim, an empty
+ * lookup right after a long lease ran out would free the key while the
+ * request sent late under it is still in flight, and the next attempt would
+ * do the action again.  It must be kept here: the verification lease a
+ * claim takes next overwrites lease_expires_at.  The sweep's
+ * SWEEP_SET_REST (op_row.h) does the same.
+ */
 void
 op_row_make_unknown(OpRow *r, const IdempoScope *s)
 {
 	r->status = STATUS_UNKNOWN;
+	r->last_attempt_at = r->lease_expires_at;
 	r->lease_expires_at = DT_NOBEGIN;
 	r->sweep_at = op_review_at(r, s);
 }

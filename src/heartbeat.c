@@ -26,10 +26,11 @@
  * shows the row: direct.c).  Nothing is written to the audit log: a
  * heartbeat changes no status.
  *
- * An extending heartbeat also moves last_attempt_at to its now: it grants
- * the lease anew, and verify()'s settle window (review.c) counts from the
- * last grant, so that a request sent under the extended lease is not taken
- * for "not executed" while it may still be in flight.
+ * An extending heartbeat also moves last_attempt_at to its now, the last
+ * grant.  verify()'s settle window no longer depends on it: it counts from
+ * the end of the lease the attempt held when it ran out, which an attempt
+ * made unknown keeps in last_attempt_at (expiry.c), so a request sent under
+ * the extended lease is covered whether or not this moved.
  *
  *-------------------------------------------------------------------------
  */
@@ -151,12 +152,8 @@ idempo_heartbeat(PG_FUNCTION_ARGS)
 	{
 		r.lease_expires_at = until;
 		/*
-		 * verify()'s settle window counts from here: the worker may send its
-		 * request at any time under the lease this call grants, so an empty
-		 * lookup after it ran out is proof only once verify_settle has passed
-		 * since this grant, as since a claim's.  Counted from the claim, a
-		 * long-lived attempt's last request would still be in flight when
-		 * verify(found => false) let the next attempt do it again.
+		 * The last grant, for whoever reads the record.  verify()'s settle
+		 * window counts from this lease's end once it runs out (expiry.c).
 		 */
 		r.last_attempt_at = Max(r.last_attempt_at, now);
 		r.sweep_at = Min(until, op_review_at(&r, scope));

@@ -85,8 +85,11 @@ typedef enum OpCol
 #define SWEEP_TO_REVIEW_REST \
 	"SET status = 'in_review', sweep_at = NULL, lease_expires_at = NULL " \
 	"WHERE o.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+/* an attempt made unknown keeps its lease's end in last_attempt_at (op_row_make_unknown()) */
 #define SWEEP_SET_REST \
 	"SET status = d.status::idempo.status, sweep_at = d.sweep_at, " \
+	"last_attempt_at = CASE WHEN d.clear_lease AND d.status OPERATOR(pg_catalog.=) 'unknown' " \
+	"THEN o.lease_expires_at ELSE o.last_attempt_at END, " \
 	"lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END " \
 	"FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3), " \
 	"pg_catalog.unnest($4)) AS d(tid, status, sweep_at, clear_lease) " \

@@ -6,8 +6,9 @@
  *
  * "I did not hear success" must never become "it did not happen":
  *	- verify(found => false) makes an unknown operation retryable only once
- *	  the scope's verify_settle has passed since the last attempt (an empty
- *	  lookup may be a lagging replica or a request still in flight);
+ *	  the scope's verify_settle has passed since the attempt's lease ran out,
+ *	  the last moment it could act (an empty lookup may be a lagging replica
+ *	  or a request sent late under the lease and still in flight);
  *	- in_review operations change only through resolve(), by a named person.
  *
  *-------------------------------------------------------------------------
@@ -139,6 +140,11 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 	}
 	else
 	{
+		/*
+		 * An unknown attempt's last_attempt_at is the end of its lease, the
+		 * last moment it could act (op_row_make_unknown()): a request sent
+		 * just before then may land up to verify_settle later.
+		 */
 		TimestampTz settled_at = idempo_time_plus(r.last_attempt_at, &s->verify_settle);
 
 		if (now >= settled_at)
@@ -151,7 +157,7 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 			ereport(NOTICE,
 					(errmsg("key \"%s\" in scope \"%s\" stays unknown: an empty lookup inside the settle window is not proof",
 							key, s->name),
-					 errdetail("The settle window (verify_settle after the last attempt) ends at %s; until then a lagging replica or a request still in flight may not show the action.",
+					 errdetail("The settle window (verify_settle after the attempt's lease ended) ends at %s; until then a lagging replica or a request still in flight may not show the action.",
 							   timestamptz_to_str(settled_at)),
 					 errhint("Look it up again after the settle window.")));
 	}

@@ -401,6 +401,7 @@ BEGIN
     ELSIF expiry = 'unknown' THEN
         PERFORM idempo.managed_must_write(ro, s.name, k, 'its lease ran out, which makes the attempt unknown');
         o.status := 'unknown';
+        o.last_attempt_at := o.lease_expires_at;   -- verify's settle window counts from the lease's end
         o.lease_expires_at := NULL;
         o.sweep_at := idempo.managed_plus(o.first_seen_at, s.retention);
         changed := true;

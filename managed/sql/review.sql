@@ -67,6 +67,7 @@ BEGIN
     from_status := o.status;
     IF o.status = 'in_progress' AND o.lease_expires_at <= t THEN       -- apply_lease_expiry()
         o.status := 'unknown';
+        o.last_attempt_at := o.lease_expires_at;   -- the settle window counts from the lease's end
         o.lease_expires_at := NULL;
         o.sweep_at := idempo.managed_plus(o.first_seen_at, s.retention);
     END IF;
@@ -106,7 +107,7 @@ BEGIN
             o.error := 'verified: not executed';
         ELSE
             RAISE NOTICE 'key "%" in scope "%" stays unknown: an empty lookup inside the settle window is not proof', k, s.name
-                USING DETAIL = format('The settle window (verify_settle after the last attempt) ends at %s; until then a lagging replica or a request still in flight may not show the action.',
+                USING DETAIL = format('The settle window (verify_settle after the attempt''s lease ended) ends at %s; until then a lagging replica or a request still in flight may not show the action.',
                                       idempo.managed_ts(settled_at)),
                       HINT = 'Look it up again after the settle window.';
         END IF;
@@ -173,6 +174,7 @@ BEGIN
     from_status := o.status;
     IF o.status = 'in_progress' AND o.lease_expires_at <= t THEN
         o.status := 'unknown';
+        o.last_attempt_at := o.lease_expires_at;   -- the settle window counts from the lease's end
         o.lease_expires_at := NULL;
         o.sweep_at := idempo.managed_plus(o.first_seen_at, s.retention);
     END IF;

@@ -134,6 +134,9 @@ BEGIN
     IF cardinality(set_tids) > 0 THEN
         UPDATE idempo.operations o
            SET status = d.status::idempo.status, sweep_at = d.sweep_at,
+               -- an attempt made unknown keeps its lease's end: verify's settle window counts from there
+               last_attempt_at = CASE WHEN d.clear_lease AND d.status = 'unknown' THEN o.lease_expires_at
+                                      ELSE o.last_attempt_at END,
                lease_expires_at = CASE WHEN d.clear_lease THEN NULL ELSE o.lease_expires_at END
           FROM ROWS FROM (unnest(set_tids), unnest(set_status), unnest(set_sweep), unnest(set_clear))
                AS d(tid, status, sweep_at, clear_lease)
