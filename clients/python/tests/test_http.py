@@ -435,3 +435,20 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
     assert one(db, "SELECT attempt FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']) == 2
     assert json.loads(retry)['charge_id'] == provider.charges[f'http.payments/anonymous/{k}']['id']
     assert one(db, 'SELECT count(*) FROM shop.payments WHERE order_id = %s', [order_id]) == 1
+
+
+def test_tenant_and_key_cannot_be_shifted_into_each_other():
+    # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
+    # same idempo key would replay one client's reply to the other
+    from idempo.http import Route, key_of, parse_request
+
+    def key(tenant, k=None, body=None, fields=None):
+        route = Route('s', tenant=lambda _: tenant, key_header=None if fields else 'Idempotency-Key',
+                      key_fields=fields)
+        headers = [('content-type', 'application/json')] + ([('idempotency-key', k)] if k else [])
+        return key_of(route, parse_request(route, 'POST', '/p', headers, json.dumps(body or {}).encode()))
+    assert key('acme', 'eu/x') != key('acme/eu', 'x')
+    assert key('acme', '%2Fx') != key('acme/', 'x')
+    assert key('acme', 'k-1') == 'acme/k-1'                     # unchanged for the usual tenant
+    assert key('t', body={'a': 'x/y', 'b': 'z'}, fields=['a', 'b']) != key('t', body={'a': 'x', 'b': 'y/z'},
+                                                                          fields=['a', 'b'])
