@@ -295,3 +295,12 @@ def test_one_runner_per_connection_across_threads(conn, monkeypatch):
     for t in threads:
         t.join()
     assert made[0] is made[1] is _sync.runner_for(conn)
+
+
+def test_busy_says_until_when_and_what_to_do(conn, db, scope):
+    s, k = scope(lease='30 seconds'), new_key()
+    idempo.claim(db, s, k)                      # a running attempt (a lost reply leaves one)
+    with pytest.raises(idempo.Busy) as busy:
+        with conn.transaction(), idempo.once(conn, s, k):
+            pass
+    assert 'until its lease ends at' in str(busy.value) and "on_busy='wait'" in str(busy.value), str(busy.value)
