@@ -360,8 +360,11 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
         raise Superseded(f'attempt {attempt} of key "{key}" in scope "{scope}" was superseded while it ran '
                          f'(its lease ran out{"" if not every else ": the heartbeat could not keep it"}); '
                          f'nothing recorded: {refused.message}') from refused
-    except Exception as err:
+    except BaseException as err:
         yield Rollback()
+        if not isinstance(err, Exception):
+            raise               # cancelled or interrupted in record(): its write is undone, the connection
+                                # left with no transaction open; the attempt is in doubt, left to its lease
         # The call succeeded and our write did not: only a target that honours the key makes a
         # new attempt safe; otherwise leave it in doubt (the lookup will find the action).
         if honours_key:

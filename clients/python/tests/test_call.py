@@ -300,3 +300,18 @@ def test_async_plain_call_does_not_block_the_heartbeat(dbname, scope):
     done = asyncio.run(main())
     assert seen == [idempo.Outcome.BUSY]
     assert done.succeeded and done.attempt == 1
+
+
+def test_async_cancelled_in_record_leaves_no_transaction_open(dbname, scope):
+    s, k = scope(lease='30 seconds'), new_key()
+
+    async def record(conn, value):
+        await conn.execute('SELECT 1')
+        await asyncio.sleep(60)
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(idempo.aio.call_once(conn, s, k, lambda key: {'id': 'ch'}, record=record), 0.5)
+            return conn.info.transaction_status
+    assert asyncio.run(main()) == psycopg.pq.TransactionStatus.IDLE
