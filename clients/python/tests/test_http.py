@@ -452,3 +452,25 @@ def test_tenant_and_key_cannot_be_shifted_into_each_other():
     assert key('acme', 'k-1') == 'acme/k-1'                     # unchanged for the usual tenant
     assert key('t', body={'a': 'x/y', 'b': 'z'}, fields=['a', 'b']) != key('t', body={'a': 'x', 'b': 'y/z'},
                                                                           fields=['a', 'b'])
+
+
+def test_wsgi_chunked_body_is_read_and_fingerprinted(dbname, db, scope):
+    # a chunked request has no Content-Length; the server marks the stream terminated
+    import io
+    from idempo.wsgi import IdempotencyMiddleware, connect
+    from idempo.http import Route
+    s = scope()
+
+    def app(environ, start_response):
+        start_response('201 Created', [('content-type', 'text/plain')])
+        return [b'got %d bytes' % len(environ['wsgi.input'].read())]
+    mw = IdempotencyMiddleware(app, routes={'/p': Route(s)}, connection=connect(dbname=dbname))
+
+    def post(body, key='c-1'):
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/p', 'CONTENT_TYPE': 'application/json',
+                   'HTTP_IDEMPOTENCY_KEY': key, 'wsgi.input': io.BytesIO(body), 'wsgi.input_terminated': True}
+        out = b''.join(mw(environ, lambda status, headers: got.update(status=status)))
+        return got['status'], out
+    assert post(b'{"qty": 1}') == ('201 Created', b'got 10 bytes')
+    assert post(b'{"qty": 2}')[0].startswith('422')        # another body under the same key
