@@ -46,6 +46,8 @@ class Sql:
 class Call:
     fn: Callable
     args: tuple
+    outside: bool = False        # the call to the other system (call, lookup): the asyncio API runs
+                                 # a plain function in a thread, so the event loop and the heartbeat go on
 
 
 class Begin:
@@ -322,13 +324,22 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
     every = heartbeat
     if every is None and claim.lease_expires_at is not None and claim.now is not None:
         every = max(0.05, (claim.lease_expires_at - claim.now).total_seconds() / 3)
+    if extend is None and claim.lease_expires_at is not None and claim.now is not None:
+        # heartbeat(extend => NULL) extends by the SCOPE's lease and never shortens: an attempt
+        # claimed with a longer lease(=>) would not be extended at all and lose its key when that
+        # lease runs out.  So extend by the lease this attempt holds.
+        extend = claim.lease_expires_at - claim.now
     if every:
         yield HeartbeatStart(scope, key, attempt, every, interval(extend))
     try:
-        value = yield Call(call, (pkey,))
-    except Exception as err:
+        value = yield Call(call, (pkey,), outside=True)
+    except BaseException as err:
+        # every exit stops the heartbeat, a cancelled task or a KeyboardInterrupt included: a
+        # heartbeat left running would hold the key for as long as the process lives
         if every:
             yield HeartbeatStop()
+        if not isinstance(err, Exception):
+            raise
         decision = yield from after_error(claim, retryable, honours_key, err)
         if decision is False:        # a final failure is an outcome, recorded and replayed
             return Done(scope, key, Status.FAILED, attempt, None, None, error_text(err))
@@ -349,8 +360,11 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
         raise Superseded(f'attempt {attempt} of key "{key}" in scope "{scope}" was superseded while it ran '
                          f'(its lease ran out{"" if not every else ": the heartbeat could not keep it"}); '
                          f'nothing recorded: {refused.message}') from refused
-    except Exception as err:
+    except BaseException as err:
         yield Rollback()
+        if not isinstance(err, Exception):
+            raise               # cancelled or interrupted in record(): its write is undone, the connection
+                                # left with no transaction open; the attempt is in doubt, left to its lease
         # The call succeeded and our write did not: only a target that honours the key makes a
         # new attempt safe; otherwise leave it in doubt (the lookup will find the action).
         if honours_key:
@@ -384,7 +398,7 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
     and verify.  -> Done if it was found (recorded with verify in one transaction), None if not
     found and now retryable.  Raises Unknown while verify_settle has not passed, and re-raises a
     refused verify (another verifier, a newer attempt) as Superseded."""
-    found = yield Call(lookup, (pkey,))
+    found = yield Call(lookup, (pkey,), outside=True)
     yield Begin()
     try:
         if found is not None:

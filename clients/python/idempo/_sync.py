@@ -67,8 +67,10 @@ def runner_for(conn) -> 'Runner':
     if runner is None:
         runner = Runner(conn)
         if runner.raw is conn:
+            # two threads may get here at once: one Runner per connection (its lock keeps the
+            # heartbeat's BEGIN/heartbeat/COMMIT apart from the other statements), so the first wins
             with _checked_lock:
-                _runners[conn] = runner
+                runner = _runners.setdefault(conn, runner)
     return runner
 
 

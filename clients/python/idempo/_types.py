@@ -144,6 +144,15 @@ class Busy(NotAcquired):
     """Another caller holds the key (an uncommitted claim, a running lease, a verifier)."""
     outcome = Outcome.BUSY
 
+    def __init__(self, claim: Claim, message: Optional[str] = None):
+        if message is None and claim.lease_expires_at is not None:
+            # say what to do: after a lost reply the key stays busy until the attempt's lease ends
+            message = (f'key "{claim.key}" in scope "{claim.scope}": busy (status '
+                       f'{claim.status.value if claim.status else "?"}) until its lease ends at '
+                       f'{claim.lease_expires_at.isoformat()}; retry after {claim.retry_after():.1f} s with the '
+                       "same key, or pass on_busy='wait' with a busy_timeout longer than that")
+        super().__init__(claim, message)
+
     @property
     def retry_after(self) -> float:
         return self.claim.retry_after()

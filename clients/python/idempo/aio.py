@@ -85,7 +85,12 @@ class Runner:
                     raise
                 raise typed from err
         if isinstance(op, F.Call):
-            value = op.fn(*op.args)
+            if op.outside and not inspect.iscoroutinefunction(op.fn):
+                # a plain function calling another system blocks: run in the loop, it would stop
+                # every other task and the heartbeat with them (the lease runs out under it)
+                value = await asyncio.to_thread(op.fn, *op.args)
+            else:
+                value = op.fn(*op.args)
             return (await value) if inspect.isawaitable(value) else value
         if isinstance(op, F.Begin):
             return await self.begin()

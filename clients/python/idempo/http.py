@@ -212,6 +212,14 @@ def parse_key_header(route: Route, values: List[str]) -> str:
     return key
 
 
+def key_part(value: str) -> str:
+    """A part of a composed key with its '/' (and '%') escaped, so that the parts cannot be
+    shifted: tenant "acme/eu" with key "x" and tenant "acme" with key "eu/x" would both be
+    "acme/eu/x", and one client would be replayed the other's reply.  Unchanged for a value with
+    neither character."""
+    return value.replace('%', '%25').replace('/', '%2F') if '/' in value or '%' in value else value
+
+
 def key_from_fields(route: Route, info: RequestInfo) -> str:
     if not isinstance(info.json, dict):
         raise Refusal(problem(400, 'missing-key', 'The key fields are missing',
@@ -224,7 +232,7 @@ def key_from_fields(route: Route, info: RequestInfo) -> str:
         if value is None or isinstance(value, (dict, list)) or value == '':
             raise Refusal(problem(400, 'missing-key', f'The key field {path} is missing',
                                   f'Send {", ".join(route.key_fields)} (strings or numbers).', docs=route.docs))
-        parts.append(json.dumps(value) if not isinstance(value, str) else value)
+        parts.append(key_part(json.dumps(value) if not isinstance(value, str) else value))
     return '/'.join(parts)
 
 
@@ -247,7 +255,7 @@ def key_of(route: Route, info: RequestInfo) -> str:
         if tenant is None:
             raise Refusal(problem(401, 'no-tenant', 'Who is asking?', 'Idempotency keys are per client; '
                                   'this request names none.', docs=route.docs))
-        key = f'{tenant}/{key}'
+        key = f'{key_part(tenant)}/{key}'
     return key
 
 

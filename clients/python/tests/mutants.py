@@ -65,7 +65,7 @@ MUTANTS = [
      'idempo/http.py', "    return status < 500 and status not in NOT_STORED_4XX", "    return status not in NOT_STORED_4XX",
      'tests/test_http.py::test_a_5xx_reply_is_not_stored_and_its_writes_roll_back'),
     ('tenant-ignored', 'keys are not per client: one client replays another\'s reply',
-     'idempo/http.py', "        key = f'{tenant}/{key}'", "        key = key",
+     'idempo/http.py', "        key = f'{key_part(tenant)}/{key}'", "        key = key",
      'tests/test_http.py::test_keys_are_per_client'),
     ('path-without-query', 'the fingerprint leaves out the query string',
      'idempo/asgi.py', "        path = path.decode('latin-1') + ('?' + query.decode('latin-1') if query else '')",
@@ -76,6 +76,33 @@ MUTANTS = [
     ('calls-out-no-release', 'a failed provider call leaves the attempt in_progress: the retry waits for the lease',
      'idempo/http.py', "    if route.on_error != 'retry':\n        return", "    if True:\n        return",
      'tests/test_http.py::test_provider_fails_502_then_attempt_2'),
+    # the review of session 10
+    ('heartbeat-extends-by-scope', "call_once heartbeats with extend => NULL (the scope's lease, never shortening): "
+     'a claim with a longer lease(=>) is never extended and loses the key when it runs out',
+     'idempo/_flow.py', "        extend = claim.lease_expires_at - claim.now\n", "        extend = None\n",
+     'tests/test_call.py::test_heartbeat_extends_by_the_lease_claimed_with'),
+    ('heartbeat-left-running', 'a cancelled or interrupted call leaves its heartbeat running: the key is held forever',
+     'idempo/_flow.py', "    except BaseException as err:\n        # every exit stops the heartbeat",
+     "    except Exception as err:\n        # every exit stops the heartbeat",
+     'tests/test_call.py::test_heartbeat_stops_when_the_call_is_interrupted '
+     'tests/test_call.py::test_async_heartbeat_stops_when_the_task_is_cancelled'),
+    ('aio-plain-call-in-loop', "aio.call_once runs a plain (blocking) call in the event loop: the heartbeat stops "
+     'and another worker takes the key over',
+     'idempo/aio.py', "            if op.outside and not inspect.iscoroutinefunction(op.fn):",
+     "            if False:", 'tests/test_call.py::test_async_plain_call_does_not_block_the_heartbeat'),
+    ('tenant-key-shifted', 'tenant "acme" with key "eu/x" is tenant "acme/eu" with key "x": one client replays another\'s reply',
+     'idempo/http.py', "    return value.replace('%', '%25').replace('/', '%2F') if '/' in value or '%' in value else value",
+     "    return value", 'tests/test_http.py::test_tenant_and_key_cannot_be_shifted_into_each_other'),
+    ('record-cancel-leaves-transaction', 'a cancelled record() leaves the connection in the open transaction of its write',
+     'idempo/_flow.py', "    except BaseException as err:\n        yield Rollback()\n        if not isinstance(err, Exception):",
+     "    except Exception as err:\n        yield Rollback()\n        if not isinstance(err, Exception):",
+     'tests/test_call.py::test_async_cancelled_in_record_leaves_no_transaction_open'),
+    ('wsgi-chunked-body-dropped', 'a chunked request body (no Content-Length) is read as empty: the app sees none, the fingerprint ignores it',
+     'idempo/wsgi.py', "        if not environ.get('CONTENT_LENGTH') and environ.get('wsgi.input_terminated'):",
+     "        if False:", 'tests/test_http.py::test_wsgi_chunked_body_is_read_and_fingerprinted'),
+    ('runner-race', 'two threads starting on one connection make two Runners (two locks): the heartbeat interleaves',
+     'idempo/_sync.py', "                runner = _runners.setdefault(conn, runner)", "                _runners[conn] = runner",
+     'tests/test_core.py::test_one_runner_per_connection_across_threads'),
 ]
 
 

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 import idempo
+import idempo.aio
 from idempo import Status
 from conftest import new_key
 
@@ -238,3 +239,79 @@ def test_worker_killed_mid_call_then_lookup_and_verify(conn, db, dbname, scope):
     assert done.verified and done.succeeded and done.attempt == 1
     assert done.target_ref == f'ch-{worker.pid}'
     assert db.execute('SELECT count(*) FROM provider_charges WHERE reference = %s', [f'{s}/{k}']).fetchone()[0] == 1
+
+
+def test_heartbeat_extends_by_the_lease_claimed_with(conn, dbname, scope):
+    # heartbeat(extend => NULL) extends by the scope's lease (0.3 s here) and never shortens: a
+    # claim with lease => 1.5 s beating every third of it (0.5 s) with NULL is never extended and
+    # loses the key at 1.5 s
+    s, k, seen = scope(lease='0.3 seconds', on_lease_expiry='retry'), new_key(), []
+
+    def call(key):
+        time.sleep(2.0)
+        with psycopg.connect(dbname=dbname, autocommit=True) as other:
+            seen.append(idempo.claim(other, s, k).outcome)
+        return {'id': 'ch'}
+    done = idempo.call_once(conn, s, k, call, lease='1.5 seconds')
+    assert seen == [idempo.Outcome.BUSY]
+    assert done.succeeded and done.attempt == 1
+
+
+class _Stop(BaseException):
+    """Not an Exception: as KeyboardInterrupt or a cancelled asyncio task."""
+
+
+def test_heartbeat_stops_when_the_call_is_interrupted(conn, db, scope):
+    s, k = scope(lease='1 second'), new_key()
+
+    def call(key):
+        raise _Stop()
+    with pytest.raises(_Stop):
+        idempo.call_once(conn, s, k, call, heartbeat=0.2)
+    time.sleep(1.5)      # a heartbeat left running would keep extending the lease
+    assert idempo.claim(db, s, k).outcome is idempo.Outcome.UNKNOWN
+
+
+def test_async_heartbeat_stops_when_the_task_is_cancelled(dbname, scope):
+    s, k = scope(lease='1 second'), new_key()
+
+    async def call(key):
+        await asyncio.sleep(60)
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(idempo.aio.call_once(conn, s, k, call, heartbeat=0.2), 0.5)
+            await asyncio.sleep(1.5)
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert left == [], left
+            return (await idempo.aio.claim(conn, s, k)).outcome
+    assert asyncio.run(main()) is idempo.Outcome.UNKNOWN
+
+
+def test_async_plain_call_does_not_block_the_heartbeat(dbname, scope):
+    # a plain (blocking) function given to aio.call_once: run in the event loop, it would stop the
+    # heartbeat task and another worker would take the key over under it
+    s, k, seen = scope(lease='1 second', on_lease_expiry='retry'), new_key(), []
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            return await idempo.aio.call_once(conn, s, k, _slow_call_probed(dbname, s, k, seen), heartbeat=0.25)
+    done = asyncio.run(main())
+    assert seen == [idempo.Outcome.BUSY]
+    assert done.succeeded and done.attempt == 1
+
+
+def test_async_cancelled_in_record_leaves_no_transaction_open(dbname, scope):
+    s, k = scope(lease='30 seconds'), new_key()
+
+    async def record(conn, value):
+        await conn.execute('SELECT 1')
+        await asyncio.sleep(60)
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(idempo.aio.call_once(conn, s, k, lambda key: {'id': 'ch'}, record=record), 0.5)
+            return conn.info.transaction_status
+    assert asyncio.run(main()) == psycopg.pq.TransactionStatus.IDLE

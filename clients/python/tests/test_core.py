@@ -273,3 +273,34 @@ def test_django_transaction_atomic(dbname, scope, stock):
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stdout + r.stderr
     assert stock(k) == 1
+
+
+def test_one_runner_per_connection_across_threads(conn, monkeypatch):
+    # two threads starting on the same connection must share its Runner (and its lock)
+    import threading
+    from idempo import _sync
+    _sync._runners.pop(conn, None)
+    barrier, made, real = threading.Barrier(2), [], _sync.Runner.__init__
+
+    def init(self, c):
+        real(self, c)
+        try:
+            barrier.wait(timeout=2)          # both threads have made a Runner before either stores it
+        except threading.BrokenBarrierError:
+            pass
+    monkeypatch.setattr(_sync.Runner, '__init__', init)
+    threads = [threading.Thread(target=lambda: made.append(_sync.runner_for(conn))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made[0] is made[1] is _sync.runner_for(conn)
+
+
+def test_busy_says_until_when_and_what_to_do(conn, db, scope):
+    s, k = scope(lease='30 seconds'), new_key()
+    idempo.claim(db, s, k)                      # a running attempt (a lost reply leaves one)
+    with pytest.raises(idempo.Busy) as busy:
+        with conn.transaction(), idempo.once(conn, s, k):
+            pass
+    assert 'until its lease ends at' in str(busy.value) and "on_busy='wait'" in str(busy.value), str(busy.value)

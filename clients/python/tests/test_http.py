@@ -435,3 +435,42 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
     assert one(db, "SELECT attempt FROM idempo.lookup('http.payments', %s)", [f'anonymous/{k}']) == 2
     assert json.loads(retry)['charge_id'] == provider.charges[f'http.payments/anonymous/{k}']['id']
     assert one(db, 'SELECT count(*) FROM shop.payments WHERE order_id = %s', [order_id]) == 1
+
+
+def test_tenant_and_key_cannot_be_shifted_into_each_other():
+    # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
+    # same idempo key would replay one client's reply to the other
+    from idempo.http import Route, key_of, parse_request
+
+    def key(tenant, k=None, body=None, fields=None):
+        route = Route('s', tenant=lambda _: tenant, key_header=None if fields else 'Idempotency-Key',
+                      key_fields=fields)
+        headers = [('content-type', 'application/json')] + ([('idempotency-key', k)] if k else [])
+        return key_of(route, parse_request(route, 'POST', '/p', headers, json.dumps(body or {}).encode()))
+    assert key('acme', 'eu/x') != key('acme/eu', 'x')
+    assert key('acme', '%2Fx') != key('acme/', 'x')
+    assert key('acme', 'k-1') == 'acme/k-1'                     # unchanged for the usual tenant
+    assert key('t', body={'a': 'x/y', 'b': 'z'}, fields=['a', 'b']) != key('t', body={'a': 'x', 'b': 'y/z'},
+                                                                          fields=['a', 'b'])
+
+
+def test_wsgi_chunked_body_is_read_and_fingerprinted(dbname, db, scope):
+    # a chunked request has no Content-Length; the server marks the stream terminated
+    import io
+    from idempo.wsgi import IdempotencyMiddleware, connect
+    from idempo.http import Route
+    s = scope()
+
+    def app(environ, start_response):
+        start_response('201 Created', [('content-type', 'text/plain')])
+        return [b'got %d bytes' % len(environ['wsgi.input'].read())]
+    mw = IdempotencyMiddleware(app, routes={'/p': Route(s)}, connection=connect(dbname=dbname))
+
+    def post(body, key='c-1'):
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/p', 'CONTENT_TYPE': 'application/json',
+                   'HTTP_IDEMPOTENCY_KEY': key, 'wsgi.input': io.BytesIO(body), 'wsgi.input_terminated': True}
+        out = b''.join(mw(environ, lambda status, headers: got.update(status=status)))
+        return got['status'], out
+    assert post(b'{"qty": 1}') == ('201 Created', b'got 10 bytes')
+    assert post(b'{"qty": 2}')[0].startswith('422')        # another body under the same key
