@@ -353,15 +353,13 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		/* the fingerprints the duplicate rule compares, as the claim computes them */
 		if (params->values != NULL && !params->nulls[e->first] && !elems[e->first].has_fingerprint)
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->first]),
-											  idempo_scope_ignore(scope),
-											  elems[e->first].fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->first]),
+									 elems[e->first].fingerprint);
 			elems[e->first].has_fingerprint = true;
 		}
 		if (params->values != NULL && !params->nulls[e->pos])
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
-											  idempo_scope_ignore(scope), e->fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->pos]), e->fingerprint);
 			e->has_fingerprint = true;
 		}
 	}
@@ -425,8 +423,8 @@ probe_record(const char *stored, OpRow *rp, void *arg)
 	{
 		uint8		fingerprint[IDEMPO_DIGEST_LEN];
 
-		idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(st->params->values[e->pos]),
-										  idempo_scope_ignore(scope), fingerprint);
+		idempo_claim_fingerprint(scope, DatumGetJsonbP(st->params->values[e->pos]),
+								 fingerprint);
 		if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
 			return;				/* a conflict: claim() records it */
 	}
@@ -567,8 +565,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		if (e->first < 0 && !e->found && !e->has_fingerprint &&
 			params->values != NULL && !params->nulls[e->pos])
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
-											  idempo_scope_ignore(scope), e->fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->pos]), e->fingerprint);
 			e->has_fingerprint = true;
 		}
 	}

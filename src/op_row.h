@@ -164,6 +164,8 @@ extern bool op_direct_read_many(const char *scope, ArrayType *keys,
 								void (*found) (const char *key, OpRow *r, void *arg), void *arg);
 
 /* claim.c: the record of a new key as a claim acquires it (attempt 1) */
+/* the fingerprint claim() computes from params (claim.c): claim_batch uses it too */
+extern void idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, uint8 *digest_out);
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
 									Datum run_id, const uint8 *fingerprint, Jsonb *params,
 									bool complete_on_commit);
