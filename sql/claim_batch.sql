@@ -181,6 +181,19 @@ SELECT count(*) FROM idempo.claim_batch('b', '{}');
 SELECT count(*) FROM idempo.claim_batch('b', NULL);
 SELECT count(*) FROM idempo.complete_batch('b', '{}');
 
+-- fingerprint_include: the batch fingerprints params as claim() does (only the included
+-- fields): a record the batch acquired is replayed by claim(), and the reverse
+SELECT name FROM idempo.create_scope('b.include', fingerprint_include => '{sku}');
+SELECT position, outcome FROM idempo.claim_batch('b.include', ARRAY['i-1'],
+  ARRAY['{"sku": 1, "note": "a"}']::jsonb[]);
+SELECT idempo.complete('b.include', 'i-1', 1, '{"ok": true}');
+SELECT outcome FROM idempo.claim('b.include', 'i-1', '{"sku": 1, "note": "b"}');
+SELECT outcome FROM idempo.claim('b.include', 'i-2', '{"sku": 2, "note": "a"}');
+SELECT idempo.complete('b.include', 'i-2', 1, '{"ok": true}');
+SELECT position, outcome, duplicate_of FROM idempo.claim_batch('b.include', ARRAY['i-2', 'i-3', 'i-3', 'i-1'],
+  ARRAY['{"sku": 2, "note": "b"}', '{"sku": 3, "note": "a"}', '{"sku": 3, "note": "b"}',
+        '{"sku": 9}']::jsonb[]);
+
 SELECT * FROM idempo.check_consistency();
 DROP OWNED BY regress_batch_app, regress_batch_other;
 DROP ROLE regress_batch_app, regress_batch_other;

@@ -842,10 +842,7 @@ idempo_claim(PG_FUNCTION_ARGS)
 	}
 	else if (a.params != NULL)
 	{
-		/* only the fields the scope includes, without those it ignores (fingerprint_include.c) */
-		idempo_fingerprint_jsonb(idempo_fingerprint_view(a.params, idempo_scope_include(a.scope),
-														 idempo_scope_ignore(a.scope)),
-								 a.fingerprint);
+		idempo_claim_fingerprint(a.scope, a.params, a.fingerprint);
 		a.has_fingerprint = true;
 	}
 	if (a.scope->require_fingerprint && !a.has_fingerprint)
@@ -955,4 +952,18 @@ idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now, Dat
 	a.wait = true;
 	a.complete_on_commit = complete_on_commit;
 	row_new(r, &a, false);
+}
+
+/*
+ * The fingerprint a claim computes from params: only the fields the scope
+ * includes, without those it ignores (fingerprint_include.c).  claim_batch
+ * computes its keys' fingerprints here too, so that the records it inserts
+ * and the replays it answers agree with claim().
+ */
+void
+idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, uint8 *digest_out)
+{
+	idempo_fingerprint_jsonb(idempo_fingerprint_view(params, idempo_scope_include(scope),
+													 idempo_scope_ignore(scope)),
+							 digest_out);
 }

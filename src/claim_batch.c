@@ -33,9 +33,11 @@
  *	 uncommitted claim of a key, as a claim does.
  * - Replays in one probe.  Before any element is claimed, one statement
  *	 reads the records of all the batch's keys (through the primary key, no
- *	 lock).  An element whose record is finished, not due for expiry, and
- *	 requested with the same fingerprint (or none) is answered 'replay' (or
- *	 'expired', a remembered key) from that read, as claim() answers it:
+ *	 lock).  An element whose record is finished, not due for expiry, not
+ *	 being changed or locked by another running transaction (a release: claim()
+ *	 would wait for it), and requested with the same fingerprint (or none),
+ *	 is answered 'replay' (or 'expired', a remembered key) from that read,
+ *	 as claim() answers it:
  *	 that answer writes nothing, and a read-only claim gives it from the same
  *	 plain read.  Everything else -- new keys, unfinished records, expiry
  *	 due, a differing fingerprint, a key this transaction acquired -- goes
@@ -353,15 +355,13 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		/* the fingerprints the duplicate rule compares, as the claim computes them */
 		if (params->values != NULL && !params->nulls[e->first] && !elems[e->first].has_fingerprint)
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->first]),
-											  idempo_scope_ignore(scope),
-											  elems[e->first].fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->first]),
+									 elems[e->first].fingerprint);
 			elems[e->first].has_fingerprint = true;
 		}
 		if (params->values != NULL && !params->nulls[e->pos])
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
-											  idempo_scope_ignore(scope), e->fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->pos]), e->fingerprint);
 			e->has_fingerprint = true;
 		}
 	}
@@ -386,7 +386,7 @@ typedef struct ProbeState
 
 /* One record the probe found: a replay answered here, or the element marked found. */
 static void
-probe_record(const char *stored, OpRow *rp, void *arg)
+probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 {
 	ProbeState *st = arg;
 	const IdempoScope *scope = st->scope;
@@ -417,7 +417,14 @@ probe_record(const char *stored, OpRow *rp, void *arg)
 		return;					/* its first occurrence came before order[from]: decided */
 
 	e->found = true;
-	if (!idempo_status_finished(r.status) ||
+
+	/*
+	 * Answered here only as claim() would answer it now: not a version
+	 * another running transaction is deleting (a release), updating or has
+	 * locked, which claim() waits for (or is 'busy' for) and decides after.
+	 */
+	if (in_flux ||
+		!idempo_status_finished(r.status) ||
 		op_expiry(&r, scope, st->now, &next_due) != EXPIRY_NONE ||
 		idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
 		return;
@@ -425,8 +432,8 @@ probe_record(const char *stored, OpRow *rp, void *arg)
 	{
 		uint8		fingerprint[IDEMPO_DIGEST_LEN];
 
-		idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(st->params->values[e->pos]),
-										  idempo_scope_ignore(scope), fingerprint);
+		idempo_claim_fingerprint(scope, DatumGetJsonbP(st->params->values[e->pos]),
+								 fingerprint);
 		if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
 			return;				/* a conflict: claim() records it */
 	}
@@ -554,8 +561,9 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 			OpRow		r;
 
 			op_row_from_tuple(tuple, SPI_tuptable->tupdesc, 2, &r);
+			/* whether another transaction is changing it is not told here: claim() decides */
 			probe_record(TextDatumGetCString(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull)),
-						 &r, &st);
+						 &r, true, &st);
 		}
 	}
 
@@ -567,8 +575,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		if (e->first < 0 && !e->found && !e->has_fingerprint &&
 			params->values != NULL && !params->nulls[e->pos])
 		{
-			idempo_fingerprint_ignoring_jsonb(DatumGetJsonbP(params->values[e->pos]),
-											  idempo_scope_ignore(scope), e->fingerprint);
+			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->pos]), e->fingerprint);
 			e->has_fingerprint = true;
 		}
 	}

@@ -38,6 +38,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/multixact.h"
 #include "access/stratnum.h"
 #include "access/sysattr.h"
 #include "access/tableam.h"
@@ -52,6 +53,7 @@
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -648,17 +650,54 @@ op_key_in_flux(const char *scope, const char *key)
 }
 
 /*
+ * Whether the version the snapshot sees may not be the record claim() would
+ * decide from: another running transaction (or, for a multixact, any
+ * running one, ours included) has locked it, or one that is running or has
+ * committed deleted or updated it (a release; in REPEATABLE READ, after the
+ * snapshot).  claim() waits for such a transaction (FOR UPDATE), answers
+ * 'busy' (wait => false), or reads the record that is there now.  The
+ * caller holds a pin and a share lock on the buffer.
+ */
+static bool
+version_in_flux(HeapTupleHeader t)
+{
+	TransactionId xmax;
+
+	if (t->t_infomask & HEAP_XMAX_INVALID)
+		return false;
+	xmax = HeapTupleHeaderGetRawXmax(t);
+	if (t->t_infomask & HEAP_XMAX_IS_MULTI)
+	{
+		/* a lock from before pg_upgrade from 9.2: nobody holds it (heapam_visibility.c) */
+		if (HEAP_LOCKED_UPGRADED(t->t_infomask))
+			return false;
+		if (MultiXactIdIsRunning(xmax, HEAP_XMAX_IS_LOCKED_ONLY(t->t_infomask)))
+			return true;
+		if (HEAP_XMAX_IS_LOCKED_ONLY(t->t_infomask))
+			return false;
+		xmax = HeapTupleHeaderGetUpdateXid(t);
+	}
+	else if (HEAP_XMAX_IS_LOCKED_ONLY(t->t_infomask))
+		return !TransactionIdIsCurrentTransactionId(xmax) && TransactionIdIsInProgress(xmax);
+	return TransactionIdIsValid(xmax) &&
+		(TransactionIdIsCurrentTransactionId(xmax) || TransactionIdIsInProgress(xmax) ||
+		 TransactionIdDidCommit(xmax));
+}
+
+/*
  * Reads the records of many keys of one scope through the primary key, as
  * "WHERE scope = $1 AND key = ANY ($2)" would, with the snapshot a
  * statement would take now (claim_batch's probe): calls found() for each,
  * with the key and the record (its run_id and params not read; pointers
- * into the tuple, valid during the call).  False, having read nothing,
+ * into the tuple, valid during the call), and whether that version is
+ * being changed, locked or was replaced since the snapshot (version_in_flux:
+ * the record may then only be answered by claim()).  False, having read nothing,
  * where the table is not a local heap with that primary key: the caller
  * runs the SQL statement.
  */
 bool
 op_direct_read_many(const char *scope, ArrayType *keys,
-					void (*found) (const char *key, OpRow *r, void *arg), void *arg)
+					void (*found) (const char *key, OpRow *r, bool in_flux, void *arg), void *arg)
 {
 	Relation	rel = open_operations(false);
 	Relation	index;
@@ -686,7 +725,16 @@ op_direct_read_many(const char *scope, ArrayType *keys,
 		OpRow		r;
 		Datum	   *v;
 		bool	   *n;
+		bool		in_flux = true;	/* not a heap tuple in a buffer: claim() decides */
 
+		if (TTS_IS_BUFFERTUPLE(slot))
+		{
+			BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+
+			LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+			in_flux = version_in_flux(bslot->base.tuple->t_data);
+			LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+		}
 		slot_getallattrs(slot);
 		v = slot->tts_values;
 		n = slot->tts_isnull;
@@ -717,7 +765,7 @@ op_direct_read_many(const char *scope, ArrayType *keys,
 		r.attempt_base = DatumGetInt32(v[layout.attidx[A_ATTEMPT_BASE]]);
 #undef TS
 #undef PTR
-		found(TextDatumGetCString(v[layout.attidx[A_KEY]]), &r, arg);
+		found(TextDatumGetCString(v[layout.attidx[A_KEY]]), &r, in_flux, arg);
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);

@@ -164,9 +164,12 @@ extern OpDirectResult op_direct_batch_insert(OpDirectBatch *b, const char *scope
 											 const OpRow *r, ItemPointer tid);
 extern void op_direct_batch_end(OpDirectBatch *b);
 extern bool op_direct_read_many(const char *scope, ArrayType *keys,
-								void (*found) (const char *key, OpRow *r, void *arg), void *arg);
+								void (*found) (const char *key, OpRow *r, bool in_flux, void *arg),
+								void *arg);
 
 /* claim.c: the record of a new key as a claim acquires it (attempt 1) */
+/* the fingerprint claim() computes from params (claim.c): claim_batch uses it too */
+extern void idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, uint8 *digest_out);
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
 									Datum run_id, const uint8 *fingerprint, Jsonb *params,
 									bool complete_on_commit);
