@@ -1,0 +1,2 @@
+-- soak: settle the oldest unknown attempt (verify).
+SELECT soak_verify();
