@@ -12,6 +12,6 @@ set ytics nomirror
 set y2tics
 set key top left
 set grid
-plot "soak.dat" using 1:12 with linespoints lw 2 title "lag (s)", \
+plot "soak.dat" using 1:14 with linespoints lw 2 title "lag (s)", \
      20 with lines dt 3 lc rgb "red" title "target: 2 x sweep_interval", \
-     "soak.dat" using 1:25 axes x1y2 with lines lw 1 dt 2 lc rgb "gray40" title "load average"
+     "soak.dat" using 1:27 axes x1y2 with lines lw 1 dt 2 lc rgb "gray40" title "load average"

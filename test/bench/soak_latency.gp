@@ -15,4 +15,4 @@ set grid
 plot "soak.dat" using 1:3 with lines lw 2 title "new-key claim p50", \
      "soak.dat" using 1:4 with lines lw 2 title "new-key claim p99", \
      "soak.dat" using 1:5 with lines lw 1 title "all scripts p99", \
-     "soak.dat" using 1:25 axes x1y2 with lines lw 1 dt 2 lc rgb "gray40" title "load average"
+     "soak.dat" using 1:27 axes x1y2 with lines lw 1 dt 2 lc rgb "gray40" title "load average"

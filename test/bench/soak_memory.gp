@@ -9,9 +9,9 @@ set yrange [0:*]
 set key bottom right
 set grid
 set title "sweeper"
-plot "soak.dat" using 1:22 with lines lw 2 title "RssAnon", "soak.dat" using 1:24 with lines lw 1 title "private dirty", \
-     "soak.dat" using 1:23 with lines lw 1 title "PSS", "soak.dat" using 1:21 with lines lw 1 title "RSS"
+plot "soak.dat" using 1:24 with lines lw 2 title "RssAnon", "soak.dat" using 1:26 with lines lw 1 title "private dirty", \
+     "soak.dat" using 1:25 with lines lw 1 title "PSS", "soak.dat" using 1:23 with lines lw 1 title "RSS"
 set title "launcher"
-plot "soak.dat" using 1:18 with lines lw 2 title "RssAnon", "soak.dat" using 1:20 with lines lw 1 title "private dirty", \
-     "soak.dat" using 1:19 with lines lw 1 title "PSS", "soak.dat" using 1:17 with lines lw 1 title "RSS"
+plot "soak.dat" using 1:20 with lines lw 2 title "RssAnon", "soak.dat" using 1:22 with lines lw 1 title "private dirty", \
+     "soak.dat" using 1:21 with lines lw 1 title "PSS", "soak.dat" using 1:19 with lines lw 1 title "RSS"
 unset multiplot

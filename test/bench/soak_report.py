@@ -68,7 +68,8 @@ for k in range(periods):
         tps=sum(count[(k, s)] for s in range(len(mix))) / period,
         p50=q(new, 0.5), p99=q(new, 0.99), all_p99=q(allt, 0.99), lag_p99=q(lagged[k], 0.99),
         total_mb=(b["heap_bytes"] + b["index_bytes"]) / 2**20, heap_mb=b["heap_bytes"] / 2**20,
-        index_mb=b["index_bytes"] / 2**20, dead=b["dead_tup"], live=b["live_tup"], rows=b["rows"],
+        index_mb=b["index_bytes"] / 2**20, sweep_idx_mb=b.get("sweep_index_bytes", 0) / 2**20,
+        in_review=b.get("in_review_rows", 0), dead=b["dead_tup"], live=b["live_tup"], rows=b["rows"],
         lag=b["lag_s"], due=b["due_rows"], av=b["autovacuums"] - a["autovacuums"],
         sweeps=b["sweeps"] - a["sweeps"], purged=b["purged"] - a["purged"],
         expired=b["lease_expired"] - a["lease_expired"], reviewed=b["moved_to_review"] - a["moved_to_review"],
@@ -80,7 +81,7 @@ for k in range(periods):
         reviews_mb=b["reviews_bytes"] / 2**20, conflicts_mb=b["conflicts_bytes"] / 2**20))
 
 cols = ["minute", "tps", "p50", "p99", "all_p99", "lag_p99", "total_mb", "heap_mb", "index_mb", "dead",
-        "live", "lag", "due", "av", "sweeps", "purged", "l_rss", "l_anon", "l_pss", "l_pd",
+        "live", "sweep_idx_mb", "in_review", "lag", "due", "av", "sweeps", "purged", "l_rss", "l_anon", "l_pss", "l_pd",
         "s_rss", "s_anon", "s_pss", "s_pd", "load", "rows"]
 with open(os.path.join(res, "soak.dat"), "w") as f:
     f.write(" ".join(cols) + "\n")
@@ -164,11 +165,11 @@ w("At the end of each period: the table's size, dead tuples, the age of the olde
   "1-minute load average; over the period: throughput, the new-key claim's p50/p99 service time "
   "(µs, pgbench's schedule lag left out), p99 of every script, autovacuum runs and sweep rounds of "
   "`idempo.operations`, rows purged.\n")
-w("| min | load | TPS | claim p50 | p99 | all p99 | heap MB | index MB | rows | dead | lag s | due | autovac. | sweeps | purged | sweeper kB | launcher kB |")
+w("| min | load | TPS | claim p50 | p99 | all p99 | heap MB | index MB (sweep_at) | rows (in review) | dead | lag s | due | autovac. | sweeps | purged | sweeper kB | launcher kB |")
 w("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 for r in per:
     w(f"| {r['minute']:g} | {r['load']:.2f} | {r['tps']:.0f} | {fmt(r['p50'])} | {fmt(r['p99'])} | {fmt(r['all_p99'])} "
-      f"| {r['heap_mb']:.2f} | {r['index_mb']:.2f} | {r['rows']:.0f} | {r['dead']:.0f} | {r['lag']:.1f} | {r['due']:.0f} "
+      f"| {r['heap_mb']:.2f} | {r['index_mb']:.2f} ({r['sweep_idx_mb']:.2f}) | {r['rows']:.0f} ({r['in_review']:.0f}) | {r['dead']:.0f} | {r['lag']:.1f} | {r['due']:.0f} "
       f"| {r['av']:.0f} | {r['sweeps']:.0f} | {r['purged']:.0f} | {r['s_anon']:.0f} | {r['l_anon']:.0f} |")
 w("")
 if per:

@@ -20,34 +20,37 @@ BEGIN
   RETURN c.outcome;
 END $$;
 
--- settle the oldest unknown attempt: found in the target system (mostly), or not found once the
--- scope's verify_settle has passed.
-CREATE FUNCTION soak_verify() RETURNS text LANGUAGE plpgsql AS $$
-DECLARE o record;
+-- settle the three oldest unknown attempts: found in the target system (mostly), or not found
+-- once they are older than 15 s (then retryable: nobody retries them, so they reach review).
+CREATE FUNCTION soak_verify() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE o record; n integer := 0;
 BEGIN
-  SELECT key, attempt, last_attempt_at INTO o FROM idempo.operations
-  WHERE scope = 'soak_lease' AND status = 'unknown' AND sweep_at IS NOT NULL
-  ORDER BY sweep_at LIMIT 1 FOR UPDATE SKIP LOCKED;
-  IF NOT FOUND THEN RETURN 'none'; END IF;
-  RETURN idempo.verify('soak_lease', o.key, o.attempt,
-                       found => NOT (random() < 0.3 AND o.last_attempt_at < now() - interval '15 seconds'),
-                       target_ref => 'T-' || o.key);
+  FOR o IN SELECT key, attempt, last_attempt_at FROM idempo.operations
+           WHERE scope = 'soak_lease' AND status = 'unknown' AND sweep_at IS NOT NULL
+           ORDER BY sweep_at LIMIT 3 FOR UPDATE SKIP LOCKED LOOP
+    PERFORM idempo.verify('soak_lease', o.key, o.attempt,
+                          found => NOT (random() < 0.3 AND o.last_attempt_at < now() - interval '15 seconds'),
+                          target_ref => 'T-' || o.key);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
 END $$;
 
--- a person's review work: the oldest open review (by key order: the open-review index) and the
--- oldest open conflict.
-CREATE FUNCTION soak_review() RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r record; c record; res text := 'none';
+-- a person's review work: up to five open reviews (by key order: the open-review index), decided
+-- 'failed' (final: the record is purged when its retention ends; 'not_executed' would make it
+-- retryable with a fresh retention and, nobody retrying, bring it back to review a minute later),
+-- and up to five open conflicts, dismissed.
+CREATE FUNCTION soak_review() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE r record; n integer := 0;
 BEGIN
-  SELECT scope, key INTO r FROM idempo.reviews WHERE resolved_at IS NULL
-  ORDER BY scope, key LIMIT 1 FOR UPDATE SKIP LOCKED;
-  IF FOUND THEN
-    res := idempo.resolve(r.scope, r.key, 'not_executed', 'soak', note => 'soak test');
-  END IF;
-  SELECT id INTO c FROM idempo.conflicts WHERE resolved_at IS NULL
-  ORDER BY scope, key LIMIT 1 FOR UPDATE SKIP LOCKED;
-  IF FOUND THEN
-    PERFORM idempo.resolve_conflict(c.id, 'dismissed', 'soak', 'soak test');
-  END IF;
-  RETURN res;
+  FOR r IN SELECT scope, key FROM idempo.reviews WHERE resolved_at IS NULL
+           ORDER BY scope, key LIMIT 5 FOR UPDATE SKIP LOCKED LOOP
+    PERFORM idempo.resolve(r.scope, r.key, 'failed', 'soak', note => 'soak test');
+    n := n + 1;
+  END LOOP;
+  FOR r IN SELECT id FROM idempo.conflicts WHERE resolved_at IS NULL
+           ORDER BY scope, key LIMIT 5 FOR UPDATE SKIP LOCKED LOOP
+    PERFORM idempo.resolve_conflict(r.id, 'dismissed', 'soak', 'soak test');
+  END LOOP;
+  RETURN n;
 END $$;

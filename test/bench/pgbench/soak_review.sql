@@ -1,2 +1,2 @@
--- soak: resolve the oldest open review and the oldest open conflict.
+-- soak: a reviewer decides up to five open reviews and dismisses up to five open conflicts.
 SELECT soak_review();

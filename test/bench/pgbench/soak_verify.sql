@@ -1,2 +1,2 @@
--- soak: settle the oldest unknown attempt (verify).
+-- soak: settle the three oldest unknown attempts (verify).
 SELECT soak_verify();
