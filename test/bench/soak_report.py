@@ -34,11 +34,14 @@ n_samples = len(S)
 lat = defaultdict(list)          # (period, script) -> [µs]
 lagged = defaultdict(list)       # period -> [schedule lag µs], all scripts
 count = defaultdict(int)         # (period, script) -> transactions
+skipped = defaultdict(int)       # period -> transactions skipped for being 1 s late (-L)
 for path in glob.glob(os.path.join(logs, "soak.*")):
     with open(path) as f:
         for line in f:
             p = line.split()
-            if len(p) < 7:
+            if len(p) < 7 or not p[2].isdigit():     # "skipped" (-L): counted apart
+                if len(p) >= 7:
+                    skipped[int((int(p[4]) + int(p[5]) / 1e6 - t0) // period)] += 1
                 continue
             t = int(p[4]) + int(p[5]) / 1e6
             k = int((t - t0) // period)      # period k: (t0 + k p, t0 + (k + 1) p]; its sample is k + 1
@@ -65,7 +68,7 @@ for k in range(periods):
     a, b = S[k], S[k + 1]
     per.append(dict(
         minute=(k + 1) * period / 60,
-        tps=sum(count[(k, s)] for s in range(len(mix))) / period,
+        tps=sum(count[(k, s)] for s in range(len(mix))) / period, skipped=skipped[k],
         p50=q(new, 0.5), p99=q(new, 0.99), all_p99=q(allt, 0.99), lag_p99=q(lagged[k], 0.99),
         total_mb=(b["heap_bytes"] + b["index_bytes"]) / 2**20, heap_mb=b["heap_bytes"] / 2**20,
         index_mb=b["index_bytes"] / 2**20, sweep_idx_mb=b.get("sweep_index_bytes", 0) / 2**20,
