@@ -1,0 +1,2 @@
+-- soak: settle the three oldest unknown attempts (verify).
+SELECT soak_verify();
