@@ -61,13 +61,24 @@ async function idempoPlugin(fastify, defaults) {
     if (payload === null || payload === undefined) body = Buffer.alloc(0);
     else if (Buffer.isBuffer(payload)) body = payload;
     else if (typeof payload === 'string') body = Buffer.from(payload, 'utf8');
-    else {
-      // a stream cannot be stored: treated as a reply that is not kept
-      await exchange.abandon(new Error('a streamed reply cannot be stored'));
+    else if (typeof payload.pipe === 'function' || typeof payload[Symbol.asyncIterator] === 'function') {
+      // a stream: read whole into the stored reply (as the Express middleware does with
+      // res.write), so that it commits with the handler's writes like any reply; sending it
+      // while they are rolled back would tell the client of writes that were not made
+      try {
+        const chunks = [];
+        for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+        body = Buffer.concat(chunks);
+      } catch (err) {
+        await exchange.abandon(err);
+        throw err;
+      }
+    } else {
+      await exchange.abandon(new Error(`a reply payload of type ${typeof payload} cannot be stored`));
       return payload;
     }
     await exchange.finish(reply.statusCode, reply.getHeaders(), body);
-    return payload;
+    return Buffer.isBuffer(payload) || typeof payload === 'string' || payload === null || payload === undefined ? payload : body;
   });
 
   // the request ended without onSend having stored it (a stream, a framework error): undo

@@ -10,16 +10,38 @@
 // jsonb, timestamptz) so that every driver can read it (Prisma reads no custom enum).
 
 // node-postgres: a Pool, a Client, or a PoolClient (pool.connect()).
+// A Client or PoolClient is one connection: the library's operations on it take turns (a
+// transaction holds it from BEGIN to COMMIT), else two concurrent once() calls would interleave
+// BEGIN/COMMIT into one transaction (a rollback of one taking the other's claim and work with
+// it), and a callOnce claim sent while a transaction is open would not be committed before its
+// call.  The turn is per connection object, shared by every Idempo on it.
+// A call made while its own turn runs (idem.lookup() inside once()'s function) runs in that turn
+// rather than wait for it to end (which would never come).
+const { AsyncLocalStorage } = require('node:async_hooks');
+const turns = new WeakMap();
+const holding = new AsyncLocalStorage();
+function inTurn(conn, fn) {
+  const held = holding.getStore();
+  if (held && held.has(conn)) return fn();
+  const mine = new Set(held ?? []).add(conn);
+  const run = (turns.get(conn) ?? Promise.resolve()).then(() => holding.run(mine, fn));
+  turns.set(conn, run.catch(() => {}));
+  return run;
+}
 function pg(db, { inTransaction = false } = {}) {
   const isPool = typeof db.connect === 'function' && 'totalCount' in db && typeof db.release !== 'function';
+  const exclusive = isPool || inTransaction ? (fn) => fn() : (fn) => inTurn(db, fn);
   return {
     kind: 'pg',
     handle: db,
     inTransaction,
     async query(text, values) {
-      return (await db.query(text, values)).rows;
+      return exclusive(async () => (await db.query(text, values)).rows);
     },
-    async transaction(fn) {
+    transaction(fn) {
+      return exclusive(() => this._transaction(fn));
+    },
+    async _transaction(fn) {
       const client = isPool ? await db.connect() : db;
       let broken;
       try {

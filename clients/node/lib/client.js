@@ -434,7 +434,7 @@ class Idempo {
         case Outcome.REPLAY:
           return replayOf(claim);
         case Outcome.ACQUIRED: {
-          const done = await this._attempt(scope, key, claim, { callFn, lookup, record, targetRef, classifyError, heartbeat });
+          const done = await this._attempt(scope, key, claim, { callFn, lookup, record, targetRef, classifyError, heartbeat, lease: claimOptions.lease });
           return done;
         }
         case Outcome.UNKNOWN: {
@@ -472,11 +472,11 @@ class Idempo {
   }
 
   // An acquired attempt: heartbeat, call, then complete or fail.
-  async _attempt(scope, key, claim, { callFn, lookup, record, targetRef, classifyError, heartbeat }) {
+  async _attempt(scope, key, claim, { callFn, lookup, record, targetRef, classifyError, heartbeat, lease }) {
     const attempt = claim.attempt;
     const abort = new AbortController();
     const ctx = { scope, key, attempt, signal: abort.signal };
-    const beat = heartbeat ? this._heartbeat(scope, key, claim, heartbeat, abort) : null;
+    const beat = heartbeat ? this._heartbeat(scope, key, claim, heartbeat, abort, lease) : null;
     let value;
     try {
       value = await callFn(ctx);
@@ -570,33 +570,48 @@ class Idempo {
     }
   }
 
-  // Keeps the lease of a running attempt: idempo.heartbeat every third of the lease (or
-  // options.everyMs).  A refusal (superseded, not in_progress) aborts ctx.signal.
-  _heartbeat(scope, key, claim, options, abort) {
+  // Keeps the lease of a running attempt: idempo.heartbeat when a third of the lease it holds is
+  // left (options.everyMs: at that fixed period).  extend: options.extend, else `lease`, the lease
+  // the attempt was claimed with: idempo.heartbeat(extend => NULL) extends by the SCOPE's lease
+  // and never shortens one, so an attempt claimed with a longer lease would lose it at its end.
+  // Each beat is timed from what the database says is left (its clock), not from the claim.
+  // A refusal (superseded, not in_progress, the lease ran out) aborts ctx.signal.
+  _heartbeat(scope, key, claim, options, abort, lease) {
     const opts = typeof options === 'object' ? options : {};
-    const everyMs = opts.everyMs ?? Math.max(50, Math.floor((claim.leaseLeftMs ?? 30000) / 3));
+    const extend = opts.extend ?? lease;
+    const { text, values } = call('idempo.heartbeat', [
+      ['scope', scope, null], ['key', key, null], ['attempt', claim.attempt, 'integer'],
+      ['extend', extend === undefined || extend === null ? undefined : intervalText(extend), 'interval'],
+    ]);
+    const sql = `SELECT (extract(epoch FROM ${text} - idempo.now()) * 1000)::float8 AS left_ms`;
+    const nextIn = (leftMs) => opts.everyMs ?? Math.max(50, Math.floor((leftMs ?? 30000) / 3));
     let stopped = false;
+    let timer = null;
     let inFlight = Promise.resolve();
     const beat = async () => {
+      let leftMs = null;
       try {
-        await this.heartbeat(scope, key, claim.attempt, { extend: opts.extend });
+        leftMs = numberOf((await this._query(sql, values, scope, key))[0].left_ms);
       } catch (err) {
         if (stopped) return;
         if (err instanceof StateError || err instanceof NotFoundError) {
           stopped = true;
-          clearInterval(timer);
           abort.abort(new LeaseLostError(`attempt ${claim.attempt} of key "${key}" in scope "${scope}" lost its lease: ${err.message}`,
             { code: err.code, cause: err, scope, key }));
-        } else {
-          this.log.error(`idempo: heartbeat(${scope}, ${key}, ${claim.attempt}) failed: ${err.message}`);
+          return;
         }
+        this.log.error(`idempo: heartbeat(${scope}, ${key}, ${claim.attempt}) failed: ${err.message}`);
       }
+      if (!stopped) schedule(leftMs);
     };
-    const timer = setInterval(() => { inFlight = beat(); }, everyMs);
+    const schedule = (leftMs) => {
+      timer = setTimeout(() => { inFlight = beat(); }, nextIn(leftMs));
+    };
+    schedule(claim.leaseLeftMs);
     return {
       async stop() {
         stopped = true;
-        clearInterval(timer);
+        clearTimeout(timer);
         await inFlight;
       },
     };

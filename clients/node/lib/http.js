@@ -249,7 +249,7 @@ class Exchange {
     this.claim = claim;
     const abort = new AbortController();
     this.beat = this.options.heartbeat === false ? null
-      : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort);
+      : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort, this.options.lease);
     // the business write's transaction, opened when the handler asks for it
     this.transaction = async () => {
       if (this.txHandle) return this.txHandle;
