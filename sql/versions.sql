@@ -43,8 +43,11 @@ CREATE FUNCTION regress_claim_atomic(k text) RETURNS idempo.claim_result LANGUAG
 BEGIN ATOMIC; SELECT idempo.claim('dep', k); END;
 CREATE FUNCTION regress_claim_plain(k text) RETURNS idempo.outcome LANGUAGE sql
 AS $$ SELECT outcome FROM idempo.claim('dep', k) $$;
+-- (no CONTEXT: from 18 on it quotes the update script's statement)
 \set VERBOSITY default
+\set SHOW_CONTEXT never
 ALTER EXTENSION idempo UPDATE;
+\set SHOW_CONTEXT errors
 \set VERBOSITY terse
 SELECT extversion FROM pg_extension WHERE extname = 'idempo';
 DROP VIEW regress_claim_view;

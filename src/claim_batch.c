@@ -69,6 +69,7 @@
 #include "utils/memutils.h"
 #include "storage/lmgr.h"
 #include "utils/syscache.h"
+#include "utils/tuplestore.h"
 #include "utils/typcache.h"
 
 #include "citus.h"
