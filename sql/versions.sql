@@ -58,3 +58,34 @@ FROM pg_extension WHERE extname = 'idempo';
 SELECT regress_claim_plain('p1') AS plain_function_still_works;
 DROP FUNCTION regress_claim_plain(text);
 SELECT * FROM idempo.check_consistency();
+
+-- An attempt made unknown under 0.1.0/0.2.0 kept the claim's time in last_attempt_at, but it
+-- could send its request until its lease ended: the update moves last_attempt_at to the lease's
+-- end (the scope's lease after the claim, on the UTC calendar), so that verify(found => false)
+-- is believed only verify_settle after that, as for an attempt made unknown by 0.3.0.
+SET client_min_messages = warning;
+SET idempo.allow_drop_with_records = on;
+DROP EXTENSION idempo CASCADE;
+RESET idempo.allow_drop_with_records;
+CREATE EXTENSION idempo VERSION '0.2.0';
+RESET client_min_messages;
+SELECT name FROM idempo.create_scope('old_unknown', retention => '1 day', lease => '5 minutes',
+                                     verify_settle => '1 minute');
+SELECT outcome FROM idempo.claim('old_unknown', 'k');
+-- as 0.2.0's library left it: claimed 3 minutes ago, its lease ran out, unknown, no lease held
+UPDATE idempo.operations
+   SET status = 'unknown', first_seen_at = first_seen_at - interval '3 minutes',
+       last_attempt_at = last_attempt_at - interval '3 minutes', lease_expires_at = NULL
+ WHERE scope = 'old_unknown';
+CREATE TEMP TABLE old_unknown_before AS
+SELECT last_attempt_at FROM idempo.operations WHERE scope = 'old_unknown';
+ALTER EXTENSION idempo UPDATE;
+SELECT o.last_attempt_at - b.last_attempt_at AS moved_by, o.status
+FROM idempo.operations o, old_unknown_before b WHERE o.scope = 'old_unknown';
+-- 2 minutes after the claim's settle window, 3 before the lease's: not yet proof
+SELECT idempo.verify('old_unknown', 'k', 1, false);
+-- after the lease's end and its settle window
+SET idempo.clock_offset = '4min';
+SELECT idempo.verify('old_unknown', 'k', 1, false);
+RESET idempo.clock_offset;
+SELECT * FROM idempo.check_consistency();

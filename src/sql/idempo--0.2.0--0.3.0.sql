@@ -934,3 +934,23 @@ CREATE FUNCTION idempo.fail_batch(
 REVOKE ALL ON FUNCTION idempo.claim_batch(text, text[], jsonb[], text, timestamptz[], boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idempo.complete_batch(text, text[], integer[], jsonb[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idempo.fail_batch(text, text[], integer[], text[], boolean) FROM PUBLIC;
+
+------------------------------------------------------------------------------------------------
+-- verify()'s settle window counts from the end of the attempt's lease (src/expiry.c,
+-- op_row_make_unknown)
+------------------------------------------------------------------------------------------------
+
+-- An attempt made unknown by the library of 0.1.0/0.2.0 kept the claim's time in last_attempt_at,
+-- though it could send its request until its lease ended: verify(found => false) would free the
+-- key while a request sent late under the lease may still land.  Its lease was the scope's, taken
+-- at the claim (0.2.0 had neither claim(lease =>) nor heartbeat(), and its unknown records hold no
+-- verification lease): last_attempt_at becomes that end, added on the UTC calendar as src/clock.c
+-- adds it.  Never moved backwards: a record the library of 0.3.0 made unknown while these were
+-- still the old objects holds its lease's end already, and only gets a later, safer window.
+UPDATE idempo.operations AS o
+   SET last_attempt_at = GREATEST(o.last_attempt_at,
+                                  ((o.last_attempt_at AT TIME ZONE 'UTC') OPERATOR(pg_catalog.+) s.lease)
+                                  AT TIME ZONE 'UTC')
+  FROM idempo.scopes AS s
+ WHERE s.name OPERATOR(pg_catalog.=) o.scope
+   AND o.status OPERATOR(pg_catalog.=) 'unknown';
