@@ -110,6 +110,9 @@ MUTANTS = [
      'idempo/http.py', "        parts.append(key_part(json.dumps(value) if not isinstance(value, str) else value))",
      "        parts.append(json.dumps(value) if not isinstance(value, str) else value)",
      'tests/test_http.py::test_key_derivation_matches_the_shared_vectors'),
+    ('unsettled-says-no-time', 'an empty lookup inside the settle window raises Unknown without saying when the window ends',
+     'idempo/_flow.py', "                settle = yield from settle_window_flow(claim)\n", "                pass\n",
+     'tests/test_call.py::test_not_found_inside_the_settle_window_says_until_when'),
 ]
 
 
