@@ -1,5 +1,5 @@
 'use strict';
-// Express: a client that goes away before the reply.  A handler that never replies (or an
+// Express and Fastify: a client that goes away before the reply.  A handler that never replies (or an
 // Express 4 async handler that threw, which Express 4 leaves hanging) must not keep the lease's
 // heartbeat going forever, nor hold an open transaction and its pool client.
 const { test, before, after } = require('node:test');
@@ -31,9 +31,20 @@ async function postAndHangUp(port, key, started) {
   req.destroy();
 }
 
-async function serve(options, handler) {
+async function serve(options, handler, framework = 'express') {
   const idemPool = newPool({ max: 2 });
   const idem = new idempo.Idempo(idemPool, { log: { error() {} } });
+  if (framework === 'fastify') {
+    const app = require('fastify')();
+    await app.register(require('../fastify'), { idem });
+    app.post('/x', { config: { idempotency: options } }, (req) => handler(req));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    return { idemPool, port: app.server.address().port, close: async () => {
+      app.server.closeAllConnections();
+      await Promise.race([app.close(), sleep(1000)]);
+      await Promise.race([idemPool.end(), sleep(1000)]);
+    } };
+  }
   const app = express();
   app.use(express.json());
   app.post('/x', idempotency(idem, options), handler);
@@ -48,7 +59,8 @@ async function serve(options, handler) {
 const leaseOf = async (scope, key) => (await pool.query(
   'SELECT lease_expires_at::text AS t FROM idempo.lookup($1, $2)', [scope, key])).rows[0].t;
 
-test('lease mode: the client hangs up, the heartbeat stops and the transaction rolls back', async () => {
+for (const framework of ['express', 'fastify']) {
+test(`${framework}, lease mode: the client hangs up, the heartbeat stops and the transaction rolls back`, async () => {
   const scope = await newScope(pool, 'disconnect.lease', "lease => '1 second'");
   let started;
   const handlerStarted = new Promise((resolve) => { started = resolve; });
@@ -58,8 +70,8 @@ test('lease mode: the client hangs up, the heartbeat stops and the transaction r
     const tx = await req.idempotency.transaction();
     await tx.query('INSERT INTO disconnect_orders (key) VALUES ($1)', [req.idempotency.key]);
     started();
-    // never replies
-  });
+    return new Promise(() => {});            // never replies
+  }, framework);
   try {
     const key = newKey();
     await postAndHangUp(svc.port, key, handlerStarted);
@@ -75,14 +87,15 @@ test('lease mode: the client hangs up, the heartbeat stops and the transaction r
   }
 });
 
-test('transaction mode: the client hangs up, the claim and the writes roll back, the key is free', async () => {
+test(`${framework}, transaction mode: the client hangs up, the claim and the writes roll back, the key is free`, async () => {
   const scope = await newScope(pool, 'disconnect.tx');
   let started;
   const handlerStarted = new Promise((resolve) => { started = resolve; });
   const svc = await serve({ scope }, async (req) => {
     await req.idempotency.tx.query('INSERT INTO disconnect_orders (key) VALUES ($1)', [req.idempotency.key]);
     started();
-  });
+    return new Promise(() => {});            // never replies
+  }, framework);
   try {
     const key = newKey();
     await postAndHangUp(svc.port, key, handlerStarted);
@@ -93,3 +106,4 @@ test('transaction mode: the client hangs up, the claim and the writes roll back,
     await svc.close();
   }
 });
+}
