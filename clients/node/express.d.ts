@@ -22,8 +22,14 @@ export interface MiddlewareOptions<Req = any> {
   key?: { header: string } | { fields: string[] } | ((req: Req) => string | undefined | null);
   /** false: a request without a key passes through, not idempotent.  Default true (400). */
   required?: boolean;
-  /** Keys are unique per tenant: the key is stored as `${encodeURIComponent(tenant)}/${key}`. */
+  /** Keys are unique per tenant: the key is stored as `${tenant}/${key}`, '%' and '/' in the
+   *  tenant (and in key field values) escaped as %25 and %2F, as idempo's Python middleware does.
+   *  A request whose tenant is undefined or null is refused (401). */
   tenant?: (req: Req) => string | undefined | null;
+  /** Per-client reply headers to store and replay anyway (e.g. ['set-cookie']).  Default none:
+   *  Set-Cookie, Set-Cookie2, Authorization, Proxy-Authorization, Authentication-Info and
+   *  Proxy-Authentication-Info go to the client that made the request but are not replayed. */
+  keepHeaders?: string[];
   /** Which replies are stored (and replayed).  Default: status < 500. */
   store?: (status: number) => boolean;
   mode?: 'transaction' | 'lease';

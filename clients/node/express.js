@@ -42,6 +42,10 @@ function idempotency(idem, options = {}) {
       if (begun.answer) return send(res, begun.answer);
       req.idempotency = begun.acquired;
       capture(res, exchange);
+      // a client that goes away before the reply: stop the heartbeat, roll back (a handler that
+      // never replies, or an Express 4 async handler that threw, would hold them forever)
+      const gone = () => { if (!res.writableEnded) exchange.disconnected().catch(() => {}); };
+      res.once('close', gone);
       return next();
     } catch (err) {
       if (err instanceof Refusal) return send(res, err.reply);

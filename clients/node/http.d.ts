@@ -8,7 +8,7 @@ export interface StoredReply { status: number; headers: [string, string][]; body
 export declare function paramsOf(request: {
   method: string; path: string; contentType?: string; body?: unknown; rawBody?: Buffer | string;
 }): RawJson;
-export declare function storedReply(status: number, headers: Record<string, unknown>, body: Buffer): StoredReply;
+export declare function storedReply(status: number, headers: Record<string, unknown>, body: Buffer, keepHeaders?: string[]): StoredReply;
 export declare function bodyOfStored(stored: StoredReply): string | Buffer;
 export declare function headersOfStored(stored: StoredReply): Record<string, string | string[]>;
 export declare function problem(status: number, slug: string, title: string, detail: string,
@@ -16,5 +16,9 @@ export declare function problem(status: number, slug: string, title: string, det
 /** Replies stored by default: below 500, but not 400, 408, 409, 415, 422, 425, 429. */
 export declare function defaultStore(status: number): boolean;
 export declare const NOT_STORED: ReadonlySet<string>;
+/** Per-client reply headers (set-cookie...): not stored unless options.keepHeaders names them. */
+export declare const PER_CLIENT: ReadonlySet<string>;
+/** A tenant or key field value with its '%' and '/' escaped (%25, %2F), as the Python middleware does. */
+export declare function keyPart(value: string): string;
 export declare const NOT_STORED_4XX: ReadonlySet<number>;
 export declare class Refusal extends Error { readonly reply: Answer; }

@@ -188,6 +188,11 @@ export declare class InReviewError extends OutcomeError { readonly reviewId: num
 /** stale (an InReviewError too). */
 export declare class StaleError extends InReviewError {}
 export declare class ExpiredError extends OutcomeError {}
-export declare class UnknownOutcomeError extends OutcomeError { readonly attempt: number | null; }
+export declare class UnknownOutcomeError extends OutcomeError {
+  readonly attempt: number | null;
+  /** Not found inside the settle window: when it ends (the attempt's lease end + the scope's
+   *  verify_settle; null if this role cannot read idempo.scopes).  Call again after it. */
+  readonly settlesAt?: Date | null;
+}
 export declare const BY_SQLSTATE: Readonly<Record<string, new (...args: any[]) => IdempoError>>;
 export declare function fromDatabaseError(err: unknown, scope?: string, key?: string): unknown;

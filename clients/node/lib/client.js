@@ -447,9 +447,17 @@ class Idempo {
               round -= 1;
               continue;
             }
-            throw new UnknownOutcomeError(`attempt ${claim.attempt} of key "${key}" in scope "${scope}" was not found `
-              + "in the target system, but too recently to be sure (the scope's verify_settle): try again later",
-            claim, { scope, key });
+            const { lastAttemptAt, settlesAt } = await this._settleWindow(scope, key);
+            const when = settlesAt ? `the settle window ends at ${settlesAt.toISOString()} (the end of attempt ${claim.attempt}'s `
+              + `lease, ${lastAttemptAt.toISOString()}, + the scope's verify_settle)`
+              : lastAttemptAt ? `the settle window ends the scope's verify_settle after ${lastAttemptAt.toISOString()} (the end `
+              + `of attempt ${claim.attempt}'s lease; this role cannot read idempo.scopes)`
+              : "the settle window (verify_settle after the attempt's lease ended) has not passed";
+            const err = new UnknownOutcomeError(`attempt ${claim.attempt} of key "${key}" in scope "${scope}" was not found `
+              + `in the target system, but too early to believe it (a lagging replica, a request still in flight): ${when}; `
+              + 'call callOnce again with the same key after then: it looks the action up again', claim, { scope, key });
+            err.settlesAt = settlesAt;
+            throw err;
           }
           if (settled) return settled;
           continue;      // not found, verified retryable (or refused: another verifier won): ask again
@@ -542,6 +550,24 @@ class Idempo {
     const found = await lookup(ctx);
     if (found === null || found === undefined) return null;
     return this._record(scope, key, attempt, found, { record, targetRef, ctx, how: 'complete' });
+  }
+
+  // When an empty lookup may be believed: verify_settle after the end of the attempt's lease,
+  // which an unknown record keeps in last_attempt_at (docs/time-and-doubt.md).  The scope's
+  // verify_settle only when this role may read idempo.scopes (settlesAt null otherwise).
+  async _settleWindow(scope, key) {
+    try {
+      const [row] = await this._query(`SELECT last_attempt_at, has_table_privilege('idempo.scopes', 'SELECT') AS can
+        FROM idempo.lookup($1::text, $2::text) WHERE scope IS NOT NULL`, [scope, key], scope, key);
+      if (!row || row.last_attempt_at === null) return { lastAttemptAt: null, settlesAt: null };
+      const lastAttemptAt = dateOf(row.last_attempt_at);
+      if (!row.can) return { lastAttemptAt, settlesAt: null };
+      const [ends] = await this._query('SELECT $1::timestamptz + verify_settle AS t FROM idempo.scopes WHERE name = $2',
+        [row.last_attempt_at, scope], scope, key);
+      return { lastAttemptAt, settlesAt: ends ? dateOf(ends.t) : null };
+    } catch (err) {
+      return { lastAttemptAt: null, settlesAt: null };
+    }
   }
 
   // claim answered `unknown` (this worker holds the verification lease): look the action up

@@ -63,12 +63,9 @@ function keyOf(req, options, { headerValues, body }) {
     what = 'an idempotency key';
     if (key !== undefined && key !== null) key = String(key);
   } else if (spec && Array.isArray(spec.fields)) {
-    what = `the fields ${spec.fields.join(', ')} in the body`;
-    const values = spec.fields.map((f) => (body && typeof body === 'object' ? body[f] : undefined));
-    if (values.every((v) => typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v)))) {
-      key = values.map(String).join('/');
-    }
-    if (key !== undefined && key.trim() === '') key = undefined;
+    what = `the fields ${spec.fields.join(', ')} in the body (strings or numbers)`;
+    const values = spec.fields.map((path) => fieldOf(body, path));
+    if (values.every((v) => v !== undefined)) key = values.map(keyPart).join('/');
   } else {
     const header = (spec && spec.header) || 'Idempotency-Key';
     what = `an ${header} header: a new unique value (a UUID) per operation, the same value when retrying it`;
@@ -78,9 +75,35 @@ function keyOf(req, options, { headerValues, body }) {
     if (options.required === false) return null;
     throw new Refusal(problem(400, 'missing-key', 'Idempotency key is missing', `This operation requires ${what}.`, {}, typeBase));
   }
-  const tenant = typeof options.tenant === 'function' ? options.tenant(req) : undefined;
-  // keys are unique per client: the tenant prefixes the key ('/' in a tenant is escaped)
-  return tenant === undefined || tenant === null ? key : `${encodeURIComponent(String(tenant))}/${key}`;
+  if (typeof options.tenant !== 'function') return key;
+  // keys are unique per client: the tenant prefixes the key (its '/' and '%' escaped).  A request
+  // that names no tenant is refused: its bare key "a/x" would be tenant "a"'s key "x".
+  const tenant = options.tenant(req);
+  if (tenant === undefined || tenant === null) {
+    throw new Refusal(problem(401, 'no-tenant', 'Who is asking?', 'Idempotency keys are per client; this request names none.', {}, typeBase));
+  }
+  return `${keyPart(String(tenant))}/${key}`;
+}
+
+// A part of a composed key (the tenant, a key field's value) with its '%' and '/' escaped, so
+// that parts cannot be shifted into each other: tenant "acme" + key "eu/x" and tenant "acme/eu" +
+// key "x" would both be "acme/eu/x".  The same derivation as idempo's Python middleware
+// (clients/key-vectors.json is read by both test suites).
+function keyPart(value) {
+  return value.replace(/%/g, '%25').replace(/\//g, '%2F');
+}
+
+// A key field's value ("order.id" for nested ones) as text: a string as it is, a number or a
+// boolean as JSON (as Python's json.dumps writes it); missing, null, '', an object or an array:
+// undefined.
+function fieldOf(body, path) {
+  let value = body;
+  for (const name of path.split('.')) {
+    value = value !== null && typeof value === 'object' && !Array.isArray(value) ? value[name] : undefined;
+  }
+  if (typeof value === 'string') return value === '' ? undefined : value;
+  if ((typeof value === 'number' && Number.isFinite(value)) || typeof value === 'boolean') return JSON.stringify(value);
+  return undefined;
 }
 
 function mediaTypeOf(contentType) {
@@ -111,15 +134,22 @@ function paramsOf({ method, path, contentType, body, rawBody }) {
 // Headers that belong to a connection, not to the reply: never stored or replayed.
 const NOT_STORED = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
   'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', 'idempotent-replayed']);
+// Not stored unless options.keepHeaders names them: they belong to the client that made the
+// request, and a replay goes to whoever presents the same key (a session cookie replayed to
+// another client is a login handed over).  The same list as idempo's Python middleware.
+const PER_CLIENT = new Set(['set-cookie', 'set-cookie2', 'authorization', 'proxy-authorization',
+  'authentication-info', 'proxy-authentication-info']);
 
 // A reply as stored in the claim's result, the same as idempo's Python middleware stores it (a
 // service in either language replays the other's): {status, headers: [[name, value], ...] (names
 // lower case, repeated names kept), body} with the body as text, or body_base64 when it is not
 // UTF-8, so a replay is byte-for-byte the original.
-function storedReply(status, headers, bodyBuffer) {
+function storedReply(status, headers, bodyBuffer, keepHeaders = []) {
   const kept = [];
+  const keep = new Set(keepHeaders.map((n) => String(n).toLowerCase()));
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || NOT_STORED.has(name.toLowerCase())) continue;
+    const n = name.toLowerCase();
+    if (value === undefined || NOT_STORED.has(n) || (PER_CLIENT.has(n) && !keep.has(n))) continue;
     for (const v of Array.isArray(value) ? value : [value]) kept.push([name.toLowerCase(), String(v)]);
   }
   const text = bodyBuffer.toString('utf8');
@@ -211,7 +241,7 @@ class Exchange {
       const { status, headers, body } = await this.reply.promise;
       if (!this.store(status)) throw new NotStored();
       await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        .complete(this.scope, this.key, { result: storedReply(status, headers, body) });
+        .complete(this.scope, this.key, { result: storedReply(status, headers, body, this.options.keepHeaders) });
       return null;
     }).catch((err) => {
       if (err instanceof NotStored) return null;
@@ -248,11 +278,15 @@ class Exchange {
     if (claim.outcome !== Outcome.ACQUIRED) return { answer: answerFor(claim, this.options) };
     this.claim = claim;
     const abort = new AbortController();
+    this.abort = abort;
     this.beat = this.options.heartbeat === false ? null
       : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort, this.options.lease);
     // the business write's transaction, opened when the handler asks for it
     this.transaction = async () => {
       if (this.txHandle) return this.txHandle;
+      // the request is over (the client went away): a transaction now would wait for a reply
+      // that never comes, holding a pool client
+      if (this.finished) throw new Error('idempo: the request is over (the client closed the connection); nothing is stored');
       const opened = deferred();
       this.reply = deferred();
       this.txDone = this.idem.db.transaction(async (db) => {
@@ -260,7 +294,7 @@ class Exchange {
         const { status, headers, body } = await this.reply.promise;
         if (!this.store(status)) throw new NotStored();
         await new this.idem.constructor(db, this.idem.options, this.idem.root)
-          .complete(this.scope, this.key, { attempt: claim.attempt, result: storedReply(status, headers, body) });
+          .complete(this.scope, this.key, { attempt: claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
         return null;
       });
       this.txDone.catch((err) => opened.reject(err));
@@ -293,7 +327,7 @@ class Exchange {
         this.reply.resolve({ status, headers, body });
         await this.txDone.catch((err) => { if (!(err instanceof NotStored)) throw err; });
       } else if (this.store(status)) {
-        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: storedReply(status, headers, body) });
+        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
       }
       if (!this.store(status)) {
         await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
@@ -302,6 +336,20 @@ class Exchange {
     } finally {
       if (this.beat) await this.beat.stop();
     }
+  }
+
+  // The client closed the connection before the reply: nobody will see it, and a handler that
+  // never replies would otherwise keep the heartbeat (and a transaction's pool client) forever.
+  // The transaction rolls back (mode 'transaction': the claim with it, the key is free again);
+  // mode 'lease': the signal aborts and the heartbeat stops, the attempt is left to its lease (the
+  // handler may still be in the other system's call: failing it retryable could run it twice).
+  async disconnected() {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.abort) this.abort.abort(new Error('idempo: the client closed the connection'));
+    if (this.reply) this.reply.reject(new NotStored());
+    if (this.txDone) await this.txDone.catch(() => {});
+    if (this.beat) await this.beat.stop();   // no heartbeat for a reply nobody will see
   }
 
   // The request ended without a reply the middleware saw (the framework failed): undo.
@@ -335,5 +383,5 @@ function scopeOf(options, req) {
 
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore,
-  mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored,
+  mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
 };

@@ -317,3 +317,18 @@ test('10,000 requests (duplicates, changed amounts, declines, lost requests, los
     job.server.close();
   }
 });
+
+test('not found inside the settle window: UnknownOutcomeError says when the window ends (the lease\'s end + verify_settle)', async () => {
+  const scope = await newScope(pool, 'co.settle', "lease => '1 second', verify_settle => '1 hour'");
+  const key = newKey();
+  const opts = { call: () => { throw new Error('connection reset'); }, lookup: () => null };
+  await assert.rejects(idem.callOnce(scope, key, opts), idempo.UnknownOutcomeError);
+  await sleep(1100);                                              // attempt 1's lease runs out: unknown
+  const err = await idem.callOnce(scope, key, opts).then(() => null, (e) => e);
+  assert.ok(err instanceof idempo.UnknownOutcomeError, String(err && err.stack));
+  const { rows: [r] } = await pool.query(
+    "SELECT last_attempt_at AS last, last_attempt_at + interval '1 hour' AS ends FROM idempo.lookup($1, $2)", [scope, key]);
+  assert.equal(err.settlesAt && err.settlesAt.getTime(), r.ends.getTime());
+  assert.match(err.message, new RegExp(`the settle window ends at ${r.ends.toISOString().replace(/\./g, '\\.')}`));
+  assert.match(err.message, /call callOnce again with the same key after then/);
+});

@@ -89,7 +89,7 @@ for (const framework of ['express', 'fastify']) {
       assert.equal(changed.status, 422);
       assert.match(changed.headers['content-type'], /^application\/problem\+json/);
       assert.equal((await post('/orders?coupon=x', order, key)).status, 422);
-      assert.equal(await one(pool, 'SELECT count(*)::int FROM idempo.conflicts WHERE scope = $1 AND key = $2', [`${prefix}.orders`, key]), 2);
+      assert.equal(await one(pool, 'SELECT count(*)::int FROM idempo.conflicts WHERE scope = $1 AND key = $2', [`${prefix}.orders`, `anonymous/${key}`]), 2);
       assert.equal(await ordersOf(order.customer), 1);
     });
 
@@ -113,7 +113,7 @@ for (const framework of ['express', 'fastify']) {
       assert.equal((await post('/orders', '<customer>bo</customer>', k, { 'content-type': 'application/xml' })).status, 415);
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 0 }, k)).status, 400);
       assert.equal((await post('/orders', `{"customer": "${who}\\u0000", "sku": "A-7", "qty": 1}`, k)).status, 400);
-      assert.equal(await statusOf(`${prefix}.orders`, k), null);
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, k)).status, 201);
     });
 
@@ -145,7 +145,7 @@ for (const framework of ['express', 'fastify']) {
       const body = { customer: c('flaky'), sku: 'FLAKY', qty: 1 };
       const failed = await post('/orders', body, k);
       assert.equal(failed.status, 500);
-      assert.equal(await statusOf(`${prefix}.orders`, k), null);
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
       assert.equal(await ordersOf(body.customer), 0);
       const retry = await post('/orders', body, k);
       assert.equal(retry.status, 201);
@@ -167,10 +167,10 @@ for (const framework of ['express', 'fastify']) {
       const heldAgain = await post('/orders', held, k3);
       assert.equal(heldAgain.status, 409);
       assert.equal(heldAgain.headers['idempotent-replayed'], undefined);
-      assert.equal(await statusOf(`${prefix}.orders`, k3), null);
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k3}`), null);
       const k2 = newKey();
       assert.equal((await post('/orders-strict', gone, k2)).status, 404);
-      assert.equal(await statusOf(`${prefix}.orders`, k2), null);
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k2}`), null);
       const again2 = await post('/orders-strict', gone, k2);
       assert.equal(again2.headers['idempotent-replayed'], undefined);
     });
@@ -204,7 +204,7 @@ for (const framework of ['express', 'fastify']) {
       const k = newKey();
       const body = { customer: c('review'), sku: 'A-7', qty: 1 };
       assert.equal((await post('/orders', body, k)).status, 201);
-      await pool.query('SELECT idempo.request_review($1, $2)', [`${prefix}.orders`, k]);
+      await pool.query('SELECT idempo.request_review($1, $2)', [`${prefix}.orders`, `anonymous/${k}`]);
       const answer = await post('/orders', body, k);
       assert.equal(answer.status, 409);
       assert.match(JSON.parse(answer.body).type, /#key-in-review$/);

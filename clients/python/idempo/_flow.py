@@ -399,6 +399,7 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
     found and now retryable.  Raises Unknown while verify_settle has not passed, and re-raises a
     refused verify (another verifier, a newer attempt) as Superseded."""
     found = yield Call(lookup, (pkey,), outside=True)
+    settle = (None, None)
     yield Begin()
     try:
         if found is not None:
@@ -408,6 +409,8 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
                                                          to_json(result)))
         else:
             status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, False, None, None))
+            if status is Status.UNKNOWN:
+                settle = yield from settle_window_flow(claim)
     except InvalidState as refused:
         yield Rollback()
         raise Superseded(f'verify of attempt {claim.attempt} of key "{claim.key}" in scope "{claim.scope}" '
@@ -420,8 +423,38 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
         return Done(claim.scope, claim.key, status, claim.attempt, result, ref, verified=True)
     if status is Status.RETRYABLE:
         return None
-    raise Unknown(claim, f'key "{claim.key}" in scope "{claim.scope}": not found in the target system, but '
-                         f'verify_settle has not passed since attempt {claim.attempt}; try again later')
+    last, settles_at = settle
+    if settles_at is not None:
+        when = (f'the settle window ends at {settles_at.isoformat()} (the end of attempt {claim.attempt}\'s lease, '
+                f'{last.isoformat()}, + the scope\'s verify_settle)')
+    elif last is not None:
+        when = (f'the settle window ends the scope\'s verify_settle after {last.isoformat()} (the end of attempt '
+                f'{claim.attempt}\'s lease; this role cannot read idempo.scopes)')
+    else:
+        when = 'the settle window (verify_settle after the attempt\'s lease ended) has not passed'
+    err = Unknown(claim, f'key "{claim.key}" in scope "{claim.scope}": attempt {claim.attempt} was not found in the '
+                         f'target system, but too early to believe it (a lagging replica, a request still in flight): '
+                         f'{when}; call again with the same key after then: it looks the action up again')
+    err.settles_at = settles_at
+    raise err
+
+
+SETTLE_SQL = ("SELECT last_attempt_at, has_table_privilege('idempo.scopes', 'SELECT') FROM idempo.lookup(%s, %s) "
+              'WHERE scope IS NOT NULL')
+VERIFY_SETTLE_SQL = 'SELECT %s::timestamptz + verify_settle FROM idempo.scopes WHERE name = %s'
+
+
+def settle_window_flow(claim):
+    """-> (last_attempt_at, when the settle window ends or None): verify_settle counts from the end
+    of the attempt's lease, which an unknown record keeps in last_attempt_at (docs/time-and-doubt.md).
+    The scope's verify_settle only when this role may read idempo.scopes."""
+    row = yield Sql(SETTLE_SQL, (claim.scope, claim.key))
+    if row is None or row[0] is None:
+        return (None, None)
+    if not row[1]:
+        return (row[0], None)
+    ends = yield Sql(VERIFY_SETTLE_SQL, (row[0], claim.scope))
+    return (row[0], ends[0] if ends else None)
 
 
 def translate(err: BaseException) -> BaseException:

@@ -173,8 +173,11 @@ class Conflict(NotAcquired):
 
 
 class Unknown(NotAcquired):
-    """The key's attempt may or may not have taken effect: look it up and verify."""
+    """The key's attempt may or may not have taken effect: look it up and verify.  .settles_at:
+    when a lookup found nothing too early to believe it, the end of the settle window (the end of
+    the attempt's lease + the scope's verify_settle; None if unknown): call again after it."""
     outcome = Outcome.UNKNOWN
+    settles_at = None
 
 
 class InReview(NotAcquired):

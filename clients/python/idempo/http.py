@@ -35,6 +35,11 @@ NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.
 HOP_BY_HOP = frozenset({'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
                         'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', REPLAYED})
+# Not stored unless the route keeps them (Route.keep_headers): they belong to the client that made
+# the request, and a replay goes to whoever presents the same key (a session cookie replayed to
+# another client is a login handed over).  clients/node/lib/http.js has the same list.
+PER_CLIENT = frozenset({'set-cookie', 'set-cookie2', 'authorization', 'proxy-authorization',
+                        'authentication-info', 'proxy-authentication-info'})
 
 
 def store_default(status: int) -> bool:
@@ -55,10 +60,13 @@ class Reply:
     headers: List[Tuple[str, str]]        # names lower case; repeated names kept (set-cookie)
     body: bytes
 
-    def stored(self) -> dict:
+    def stored(self, keep_headers: Sequence[str] = ()) -> dict:
         """The claim's result: status, headers and body (text, or base64 for other bytes), so a
-        replay is byte for byte the original."""
-        out = {'status': self.status, 'headers': [[n, v] for n, v in self.headers if n not in HOP_BY_HOP]}
+        replay is byte for byte the original; without the per-client headers (PER_CLIENT) but
+        those named in keep_headers."""
+        keep = {n.lower() for n in keep_headers}
+        out = {'status': self.status, 'headers': [[n, v] for n, v in self.headers
+                                                  if n not in HOP_BY_HOP and (n not in PER_CLIENT or n in keep)]}
         try:
             out['body'] = self.body.decode('utf-8')
         except UnicodeDecodeError:
@@ -125,6 +133,9 @@ class Route:
                  'doubt' (leave the attempt to its lease: unknown, a person or a lookup decides)
     lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
     retry_after  seconds in Retry-After of a busy 409
+    keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
+                 default PER_CLIENT headers (Set-Cookie, Authorization...) are sent to the client
+                 that made the request but neither stored nor replayed
     """
     scope: str
     calls_out: bool = False
@@ -138,6 +149,7 @@ class Route:
     lease: Any = None
     retry_after: int = 1
     docs: str = 'about:blank'
+    keep_headers: Sequence[str] = ()
 
 
 @dataclass
@@ -319,7 +331,7 @@ def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handle
         if not route.store(reply.status):
             yield F.Rollback()        # not stored: no trace, the retry runs afresh
             return reply
-        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored()), None))
+        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored(route.keep_headers)), None))
     except BaseException:
         yield F.Rollback()
         raise
@@ -353,7 +365,7 @@ def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     if not ctx.began:
         yield F.Begin()
     try:
-        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored()), None))
+        yield F.Sql(F.COMPLETE_SQL, (route.scope, key, claim.attempt, F.to_json(reply.stored(route.keep_headers)), None))
     except BaseException as err:
         yield F.Rollback()
         yield from _release(route, claim, err)

@@ -103,6 +103,16 @@ MUTANTS = [
     ('runner-race', 'two threads starting on one connection make two Runners (two locks): the heartbeat interleaves',
      'idempo/_sync.py', "                runner = _runners.setdefault(conn, runner)", "                _runners[conn] = runner",
      'tests/test_core.py::test_one_runner_per_connection_across_threads'),
+    ('set-cookie-stored', 'Set-Cookie (a per-client header) is stored: a replay hands one client\'s session to whoever sends the key',
+     'idempo/http.py', "if n not in HOP_BY_HOP and (n not in PER_CLIENT or n in keep)]}", "if n not in HOP_BY_HOP]}",
+     'tests/test_http.py::test_per_client_headers_are_not_stored_unless_kept'),
+    ('field-key-shifted', 'key field values are joined unescaped: fields "x/y","z" and "x","y/z" are one key (Node derives it otherwise)',
+     'idempo/http.py', "        parts.append(key_part(json.dumps(value) if not isinstance(value, str) else value))",
+     "        parts.append(json.dumps(value) if not isinstance(value, str) else value)",
+     'tests/test_http.py::test_key_derivation_matches_the_shared_vectors'),
+    ('unsettled-says-no-time', 'an empty lookup inside the settle window raises Unknown without saying when the window ends',
+     'idempo/_flow.py', "                settle = yield from settle_window_flow(claim)\n", "                pass\n",
+     'tests/test_call.py::test_not_found_inside_the_settle_window_says_until_when'),
 ]
 
 
@@ -118,6 +128,7 @@ def main(selected):
             copy = os.path.join(work, 'clients', 'python')
             shutil.copytree(here, copy, ignore=shutil.ignore_patterns('__pycache__'))
             shutil.copy(os.path.join(here, '..', '..', 'idempo.control'), work)
+            shutil.copy(os.path.join(here, '..', 'key-vectors.json'), os.path.join(work, 'clients'))
             # the schema and docs the tests read, where they look for them
             os.makedirs(os.path.join(work, 'test', 'examples', 'http'))
             shutil.copy(os.path.join(here, '..', '..', 'test', 'examples', 'http', 'schema.sql'),

@@ -127,6 +127,24 @@ def test_lost_request_is_not_found_then_runs_again(conn, scope, payments):
     assert len(p.charges[f'{s}/{k}']) == 1 and payments(k) == 1
 
 
+def test_not_found_inside_the_settle_window_says_until_when(conn, scope, payments):
+    # verify_settle counts from the end of the attempt's lease (docs/time-and-doubt.md): the
+    # Unknown says when that is and what to do, not just "try again later"
+    s, k, p = scope(lease='5 minutes', verify_settle='1 hour'), new_key(), Provider()
+    p.lose = ['request']
+    with pytest.raises(ConnectionError):
+        idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record_into(k))
+    conn.execute("SET idempo.clock_offset = '6min'")
+    with pytest.raises(idempo.Unknown) as caught:
+        idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record_into(k))
+    (last, ends) = conn.execute("SELECT last_attempt_at, last_attempt_at + interval '1 hour' "
+                                'FROM idempo.lookup(%s, %s)', [s, k]).fetchone()
+    conn.rollback()
+    assert caught.value.settles_at == ends
+    assert f'the settle window ends at {ends.isoformat()}' in str(caught.value)
+    assert last.isoformat() in str(caught.value) and 'call again with the same key after then' in str(caught.value)
+
+
 def test_unknown_without_lookup_raises(conn, scope):
     s, k, p = scope(), new_key(), Provider()
     p.lose = ['reply']

@@ -474,3 +474,38 @@ def test_wsgi_chunked_body_is_read_and_fingerprinted(dbname, db, scope):
         return got['status'], out
     assert post(b'{"qty": 1}') == ('201 Created', b'got 10 bytes')
     assert post(b'{"qty": 2}')[0].startswith('422')        # another body under the same key
+
+
+def test_per_client_headers_are_not_stored_unless_kept():
+    # a replay goes to whoever presents the key: a stored Set-Cookie would hand one client's
+    # session to another (review)
+    from idempo.http import Reply, Route
+    reply = Reply(201, [('content-type', 'application/json'), ('set-cookie', 'sid=1'), ('set-cookie', 'b=2'),
+                        ('authentication-info', 'x'), ('location', '/orders/1')], b'{}')
+    assert reply.stored()['headers'] == [['content-type', 'application/json'], ['location', '/orders/1']]
+    assert Route('s').keep_headers == ()
+    kept = reply.stored(('Set-Cookie',))['headers']
+    assert kept == [['content-type', 'application/json'], ['set-cookie', 'sid=1'], ['set-cookie', 'b=2'],
+                    ['location', '/orders/1']]
+
+
+def test_key_derivation_matches_the_shared_vectors():
+    # clients/key-vectors.json: the Node middleware reads the same list (a service in either
+    # language must store the same key for the same request)
+    import os
+    from idempo.http import Refusal, Route, key_of, parse_request
+    path = os.environ.get('IDEMPO_KEY_VECTORS') or os.path.join(os.path.dirname(__file__), '..', '..', 'key-vectors.json')
+    with open(path) as f:
+        vectors = json.load(f)['vectors']
+    assert len(vectors) > 10
+    for v in vectors:
+        fields = v.get('fields')
+        route = Route('s', tenant=(lambda _, t=v['tenant']: t) if 'tenant' in v else None,
+                      key_header=None if fields else 'Idempotency-Key', key_fields=fields)
+        headers = [('content-type', 'application/json')] + ([('idempotency-key', v['header'])] if 'header' in v else [])
+        try:
+            got = key_of(route, parse_request(route, 'POST', '/p', headers, json.dumps(v.get('body', {})).encode()))
+        except Refusal as refusal:
+            assert v['key'] is None and refusal.reply.status == v['status'], v
+        else:
+            assert got == v['key'], v

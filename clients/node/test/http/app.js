@@ -67,7 +67,8 @@ async function pay(idempotency, body) {
   return { status: 201, body: payment };
 }
 
-const tenant = (req) => req.headers['x-tenant'];
+// keys are per client: X-Tenant stands for the authenticated client (none: 'anonymous')
+const tenant = (req) => req.headers['x-tenant'] ?? 'anonymous';
 const orders = { scope: `${prefix}.orders`, tenant };
 const strict = { scope: `${prefix}.orders`, tenant, store: (status) => status >= 200 && status < 300 };
 const shipments = { scope: `${prefix}.shipments`, key: { fields: ['order_id', 'line'] } };

@@ -1,0 +1,40 @@
+'use strict';
+// The stored key and the stored reply, without a database: the key derivation of
+// clients/key-vectors.json (idempo's Python middleware reads the same list, so a service in
+// either language stores the same key for the same request), and the per-client headers a
+// stored reply leaves out.
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const { keyOf, Refusal, storedReply } = require('../lib/http');
+
+test('keys derive as the shared vectors say (tenant and field values escaped, no tenant refused)', () => {
+  const file = process.env.IDEMPO_KEY_VECTORS || path.join(__dirname, '..', '..', 'key-vectors.json');
+  const { vectors } = JSON.parse(fs.readFileSync(file, 'utf8'));
+  assert.ok(vectors.length > 10);
+  for (const v of vectors) {
+    const options = {};
+    if (v.fields) options.key = { fields: v.fields };
+    if ('tenant' in v) options.tenant = () => v.tenant;
+    const headerValues = (name) => (name === 'idempotency-key' && v.header !== undefined ? v.header : undefined);
+    let got;
+    try {
+      got = keyOf({}, options, { headerValues, body: v.body ?? {} });
+    } catch (err) {
+      assert.ok(err instanceof Refusal, `${JSON.stringify(v)}: ${err}`);
+      assert.equal(v.key, null, JSON.stringify(v));
+      assert.equal(err.reply.status, v.status, JSON.stringify(v));
+      continue;
+    }
+    assert.equal(got, v.key, JSON.stringify(v));
+  }
+});
+
+test('per-client headers (set-cookie...) are not stored unless keepHeaders names them', () => {
+  const headers = { 'content-type': 'application/json', 'set-cookie': ['sid=1', 'b=2'], 'authentication-info': 'x', location: '/orders/1' };
+  assert.deepEqual(storedReply(201, headers, Buffer.from('{}')).headers,
+    [['content-type', 'application/json'], ['location', '/orders/1']]);
+  assert.deepEqual(storedReply(201, headers, Buffer.from('{}'), ['Set-Cookie']).headers,
+    [['content-type', 'application/json'], ['set-cookie', 'sid=1'], ['set-cookie', 'b=2'], ['location', '/orders/1']]);
+});
