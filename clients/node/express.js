@@ -42,10 +42,10 @@ function idempotency(idem, options = {}) {
       if (begun.answer) return send(res, begun.answer);
       req.idempotency = begun.acquired;
       capture(res, exchange);
-      // a client that goes away before the reply: stop the heartbeat, roll back (a handler that
-      // never replies, or an Express 4 async handler that threw, would hold them forever)
-      const gone = () => { if (!res.writableEnded) exchange.disconnected().catch(() => {}); };
-      res.once('close', gone);
+      // A client that goes away before the reply changes nothing: the handler still holds the
+      // transaction (tx) or is still in the other system's call, so its reply is stored and
+      // committed (a retry replays it) and the heartbeat runs until it returns.  Rolling back or
+      // stopping here let a slow handler's writes run on a released pool client (review).
       return next();
     } catch (err) {
       if (err instanceof Refusal) return send(res, err.reply);

@@ -46,9 +46,7 @@ async function idempoPlugin(fastify, defaults) {
       if (begun.answer) return sendAnswer(reply, begun.answer);
       request.idempotency = begun.acquired;
       request.idempoExchange = exchange;
-      // the client closed the connection before the reply: stop the heartbeat, roll back (a
-      // handler that never replies would hold them forever); see Exchange.disconnected
-      reply.raw.once('close', () => { if (!reply.raw.writableEnded) exchange.disconnected().catch(() => {}); });
+      // a client that closes the connection before the reply changes nothing (see express.js)
       return undefined;
     } catch (err) {
       if (err instanceof Refusal) return sendAnswer(reply, err.reply);

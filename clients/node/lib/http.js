@@ -343,15 +343,6 @@ class Exchange {
   // The transaction rolls back (mode 'transaction': the claim with it, the key is free again);
   // mode 'lease': the signal aborts and the heartbeat stops, the attempt is left to its lease (the
   // handler may still be in the other system's call: failing it retryable could run it twice).
-  async disconnected() {
-    if (this.finished) return;
-    this.finished = true;
-    if (this.abort) this.abort.abort(new Error('idempo: the client closed the connection'));
-    if (this.reply) this.reply.reject(new NotStored());
-    if (this.txDone) await this.txDone.catch(() => {});
-    if (this.beat) await this.beat.stop();   // no heartbeat for a reply nobody will see
-  }
-
   // The request ended without a reply the middleware saw (the framework failed): undo.
   async abandon(err) {
     if (this.finished) return;
