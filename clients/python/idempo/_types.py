@@ -43,10 +43,6 @@ class Status(str, enum.Enum):
     IN_REVIEW = 'in_review'
 
 
-def _status(value: Optional[str]) -> Optional[Status]:
-    return None if value is None else Status(value)
-
-
 @dataclass(frozen=True)
 class Claim:
     """One answer of idempo.claim (idempo.claim_result) with the scope and key it was for.
@@ -290,10 +286,10 @@ class UnsupportedVersion(IdempoError):
                          f'(docs/upgrading.md)')
 
 
-_BY_SQLSTATE = {'42704': NotFound, '55000': InvalidState, '42501': PermissionDenied,
-                '22023': InvalidArgument, '22004': InvalidArgument, '55P03': LockNotAvailable,
-                '40001': SerializationFailure, '25006': ReadOnly, 'ID001': ClaimNotReplicated,
-                '42883': UndefinedFunction}
+# Each refusal's class by its sqlstate (written once, on the class), and 22004 (a NULL where
+# none is allowed) as InvalidArgument too.
+_BY_SQLSTATE = {cls.sqlstate: cls for cls in DatabaseRefusal.__subclasses__()}
+_BY_SQLSTATE['22004'] = InvalidArgument
 
 
 def sqlstate_of(err: BaseException) -> Optional[str]:
