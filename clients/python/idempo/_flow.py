@@ -38,7 +38,6 @@ FAST_COLUMNS = ("outcome::text, attempt, result::text, CASE WHEN outcome <> 'acq
 class Sql:
     sql: str
     args: tuple
-    translate: bool = True       # map the database's error to idempo's exception types
     fetch: bool = True           # a statement with a row to read (not BEGIN, SAVEPOINT...)
 
 
@@ -263,9 +262,6 @@ def claim_until_decided(scope, key, params, *, on_busy, busy_timeout, now=False,
 
 # ---------------------------------------------------------------------------------------------
 # The two-system flow
-
-RETRY, FAIL, DOUBT = True, False, None
-
 
 def decide(retryable, honours_key, err) -> Optional[bool]:
     """True: fail(retryable) (the attempt had no effect, or the target honours the key); False:

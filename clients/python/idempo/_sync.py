@@ -123,10 +123,10 @@ class Runner:
             pass                # the connection is gone: nothing to roll back
 
     # -- the flow
-    def query(self, sql, args):
-        """One statement outside a flow (the fast paths of once()), errors typed as in do()."""
+    def query(self, sql, args, fetch=True):
+        """One statement, its error typed (idempo's exception for a SQLSTATE)."""
         try:
-            return self.execute(sql, args)
+            return self.execute(sql, args, fetch)
         except Exception as err:
             typed = F.translate(err)
             if typed is err:
@@ -165,15 +165,7 @@ class Runner:
 
     def do(self, op):
         if isinstance(op, F.Sql):
-            try:
-                return self.execute(op.sql, op.args, op.fetch)
-            except Exception as err:
-                if not op.translate:
-                    raise
-                typed = F.translate(err)
-                if typed is err:
-                    raise
-                raise typed from err
+            return self.query(op.sql, op.args, op.fetch)
         if isinstance(op, F.Call):
             return op.fn(*op.args)
         if isinstance(op, F.Begin):

@@ -80,7 +80,7 @@ class Runner:
             try:
                 return await self.execute(op.sql, op.args, fetch=op.fetch)
             except Exception as err:
-                typed = F.translate(err) if op.translate else err
+                typed = F.translate(err)
                 if typed is err:
                     raise
                 raise typed from err
