@@ -100,7 +100,7 @@ def interval(value) -> Optional[str]:
 
 _ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
 _OUTCOMES = {o.value: o for o in Outcome}                                  # arguments makes one per call
-_STATUSES = STATUSES = {s.value: s for s in Status}
+_STATUSES = {s.value: s for s in Status}
 
 
 def to_json(value) -> Optional[str]:

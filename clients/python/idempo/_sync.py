@@ -319,8 +319,12 @@ class Once:
         return self.claim.attempt if self.claim else None
 
     def _claim_flow(self):
-        claim = yield from F.claim_until_decided(self.scope, self.key, self.params, on_busy=self._on_busy,
-                                                 busy_timeout=self._busy_timeout, **self._claim_kw)
+        if self._on_busy == 'raise':
+            # one statement; an acquired claim reads two values (FAST_COLUMNS): the hot path
+            claim = yield from F.claim_flow(self.scope, self.key, self.params, fast=True, **self._claim_kw)
+        else:
+            claim = yield from F.claim_until_decided(self.scope, self.key, self.params, on_busy=self._on_busy,
+                                                     busy_timeout=self._busy_timeout, **self._claim_kw)
         if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY):
             raise (yield from F.refusal_flow(claim))
         return claim
@@ -333,52 +337,42 @@ class Once:
 
     def complete(self, result: Any = None, target_ref: Optional[str] = None) -> Status:
         """Completes now (else the block's end does, with .result and .target_ref)."""
-        self._owner('complete')
-        self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
-        self.status = self._runner.run(F.status_flow(F.COMPLETE_SQL, self._complete_args()), check=False)
-        self._finished = True
-        return self.status
+        return self._finish(self._runner.run(self._complete_flow(result, target_ref), check=False))
 
     def fail(self, error: str, retryable: bool = True) -> Status:
         """Records a failure in this transaction: retryable frees the key, final is replayed."""
-        self._owner('fail')
-        self.status = self._runner.run(F.status_flow(F.FAIL_SQL, (self.scope, self.key, self.claim.attempt,
-                                                                  error, retryable)), check=False)
-        self._finished = True
-        return self.status
+        return self._finish(self._runner.run(self._fail_flow(error, retryable), check=False))
 
+    # complete() and fail() of both APIs (idempo.aio.Once awaits the same flows)
     def _owner(self, what):
         if not self.acquired or self._finished:
             raise IdempoError(f'{what}: key "{self.key}" in scope "{self.scope}" was not acquired by this block'
                               if not self.acquired else f'{what}: the operation is finished already')
 
-    def _complete_args(self):
-        return (self.scope, self.key, self.claim.attempt, F.to_json(self.result), self.target_ref)
+    def _complete_flow(self, result, target_ref):
+        self._owner('complete')
+        self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
+        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, F.to_json(self.result),
+                                              self.target_ref))
+
+    def _fail_flow(self, error, retryable):
+        self._owner('fail')
+        return F.status_flow(F.FAIL_SQL, (self.scope, self.key, self.claim.attempt, error, retryable))
+
+    def _finish(self, status):
+        self.status, self._finished = status, True
+        return status
 
     def __enter__(self):
         if not transaction_open(self._runner.raw) and getattr(self._runner.raw, 'autocommit', False):
             raise NoTransaction(f'once({self.scope!r}, {self.key!r}) runs in your transaction, and the connection '
                                 'has none open: use conn.transaction() (psycopg), transaction.atomic() (Django), '
                                 'session.begin() (SQLAlchemy), or turn autocommit off')
-        runner = self._runner
-        if self._on_busy == 'raise' and runner.version is not None:
-            # the fast path: one statement, no flow machinery (the same claim as _claim_flow)
-            kw = self._claim_kw
-            sql = F.claim_sql(fast=True, wait=kw['wait'], run_id=kw['run_id'] is not None,
-                              intent_at=kw['intent_at'] is not None, fingerprint=kw['fingerprint'] is not None)
-            claim = F.parse_claim(self.scope, self.key, runner.query(sql, F.claim_args(
-                self.scope, self.key, (F.to_json(self.params),), fingerprint=kw['fingerprint'], run_id=kw['run_id'],
-                intent_at=kw['intent_at'])), fast=True)
-            if claim.outcome is not Outcome.ACQUIRED and claim.outcome is not Outcome.REPLAY:
-                raise runner.run(F.refusal_flow(claim), check=False)
-            return self._entered(claim)
-        return self._entered(runner.run(self._claim_flow()))
+        return self._entered(self._runner.run(self._claim_flow()))
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None and self.acquired and not self._finished:
-            (status,) = self._runner.query(F.COMPLETE_SQL, self._complete_args())
-            self.status = F.STATUSES[status]
-            self._finished = True
+            self._finish(self._runner.run(self._complete_flow(None, None), check=False))
         return False
 
 

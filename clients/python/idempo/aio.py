@@ -193,18 +193,10 @@ class Once(_SyncOnce):
     """async with idempo.aio.once(conn, scope, key, params) as op: ... (see idempo.Once)"""
 
     async def complete(self, result: Any = None, target_ref: Optional[str] = None) -> Status:
-        self._owner('complete')
-        self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
-        self.status = await self._runner.run(F.status_flow(F.COMPLETE_SQL, self._complete_args()), check=False)
-        self._finished = True
-        return self.status
+        return self._finish(await self._runner.run(self._complete_flow(result, target_ref), check=False))
 
     async def fail(self, error: str, retryable: bool = True) -> Status:
-        self._owner('fail')
-        self.status = await self._runner.run(F.status_flow(F.FAIL_SQL, (self.scope, self.key, self.claim.attempt,
-                                                                        error, retryable)), check=False)
-        self._finished = True
-        return self.status
+        return self._finish(await self._runner.run(self._fail_flow(error, retryable), check=False))
 
     def __enter__(self):
         raise TypeError('use "async with" with idempo.aio.once')
@@ -217,8 +209,7 @@ class Once(_SyncOnce):
 
     async def __aexit__(self, exc_type, exc, tb):
         if exc_type is None and self.acquired and not self._finished:
-            self.status = await self._runner.run(F.status_flow(F.COMPLETE_SQL, self._complete_args()), check=False)
-            self._finished = True
+            self._finish(await self._runner.run(self._complete_flow(None, None), check=False))
         return False
 
 
