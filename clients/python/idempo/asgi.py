@@ -69,7 +69,7 @@ class IdempotencyMiddleware:
     def __init__(self, app, *, routes: Union[Dict[str, Route], Routes], connection: Callable[[], AsyncContextManager],
                  max_body: int = MAX_BODY_BYTES):
         self.app = app
-        self.routes = routes if isinstance(routes, Routes) else Routes(routes)
+        self.routes = Routes.of(routes)
         self.connection = connection
         self.max_body = max_body
         self.version = None
@@ -107,10 +107,7 @@ class IdempotencyMiddleware:
                 scope.setdefault('state', {})['idempo'] = ctx
                 return await self._run_app(scope, receive, body)
 
-            try:
-                reply = await runner.run(flow_for(conn, route, info, key, handler))
-            except Refusal as refusal:
-                reply = refusal.reply
+            reply = await runner.run(flow_for(conn, route, info, key, handler))
             self.version = runner.version
         await send_reply(send, reply)
 

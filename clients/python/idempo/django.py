@@ -12,7 +12,7 @@ after the outside call, before its writes.  Behaviour and the storing rule: idem
 from __future__ import annotations
 
 from ._sync import Runner
-from .http import Refusal, Reply, Routes, flow_for
+from .http import Refusal, Reply, Routes, cgi_headers, serve
 
 
 class DjangoRunner(Runner):
@@ -69,35 +69,22 @@ class IdempotencyMiddleware:
         from django.conf import settings
         self.get_response = get_response
         routes = getattr(settings, 'IDEMPO_ROUTES', {})
-        self.routes = routes if isinstance(routes, Routes) else Routes(routes)
+        self.routes = Routes.of(routes)
         self.alias = getattr(settings, 'IDEMPO_DATABASE', 'default')
 
     def __call__(self, request):
         route = self.routes.match(request.method, request.path_info)
         if route is None:
             return self.get_response(request)
-        headers = [(k[5:].replace('_', '-').lower(), v) for k, v in request.META.items() if k.startswith('HTTP_')]
-        if request.META.get('CONTENT_TYPE'):
-            headers.append(('content-type', request.META['CONTENT_TYPE']))
-        path = request.get_full_path()
         try:
-            info, key = Routes.prepare(route, request.method, path, headers, request.body)
+            info, key = Routes.prepare(route, request.method, request.get_full_path(), cgi_headers(request.META),
+                                       request.body)
         except Refusal as refusal:
             return _http_response(refusal.reply)
         runner = DjangoRunner(self.alias)
 
-        def begin(ctx):
-            if not ctx.began:
-                runner.begin()
-                ctx.began = True
-
-        def handler(ctx):
-            ctx._begin = begin
+        def app(ctx):
             request.idempo = ctx
             return _django_reply(self.get_response(request))
 
-        try:
-            reply = runner.run(flow_for(runner.conn, route, info, key, handler))
-        except Refusal as refusal:
-            reply = refusal.reply
-        return _http_response(reply)
+        return _http_response(serve(runner, runner.conn, route, info, key, app))

@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _flow as F
 from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
@@ -381,7 +381,35 @@ def _release(route, claim, why):
 
 
 def flow_for(conn, route: Route, info: RequestInfo, key: str, handler):
-    return (calls_out_flow if route.calls_out else one_transaction_flow)(conn, route, info, key, handler)
+    """The route's flow; a Refusal raised in it (a body that jsonb refuses) is answered with its reply."""
+    try:
+        return (yield from (calls_out_flow if route.calls_out else one_transaction_flow)(conn, route, info, key,
+                                                                                       handler))
+    except Refusal as refusal:
+        return refusal.reply
+
+
+def serve(runner, conn, route: Route, info: RequestInfo, key: str, app: Callable[[Context], Reply]) -> Reply:
+    """The route's flow on a blocking runner (idempo.wsgi, idempo.django; idempo.asgi awaits the
+    same): app(ctx) runs the framework's handler, and ctx.begin() opens the runner's transaction
+    once."""
+    def begin(ctx):
+        if not ctx.began:
+            runner.begin()
+            ctx.began = True
+
+    def handler(ctx):
+        ctx._begin = begin
+        return app(ctx)
+    return runner.run(flow_for(conn, route, info, key, handler))
+
+
+def cgi_headers(meta) -> List[Tuple[str, str]]:
+    """The request's headers from a WSGI environ or Django's request.META, names lower case."""
+    headers = [(k[5:].replace('_', '-').lower(), v) for k, v in meta.items() if k.startswith('HTTP_')]
+    if meta.get('CONTENT_TYPE'):
+        headers.append(('content-type', meta['CONTENT_TYPE']))
+    return headers
 
 
 class Routes:
@@ -389,6 +417,10 @@ class Routes:
 
     def __init__(self, routes: Dict[str, Route]):
         self.routes = dict(routes)
+
+    @classmethod
+    def of(cls, routes: Union[Dict[str, Route], 'Routes']) -> 'Routes':
+        return routes if isinstance(routes, cls) else cls(routes)
 
     def match(self, method: str, path: str) -> Optional[Route]:
         route = self.routes.get(path.split('?', 1)[0])

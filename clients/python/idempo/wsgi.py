@@ -12,7 +12,7 @@ import io
 from typing import Any, Callable, ContextManager, Dict, Union
 
 from ._sync import Runner
-from .http import Refusal, Reply, Route, Routes, flow_for, problem
+from .http import Refusal, Reply, Route, Routes, cgi_headers, problem, serve
 
 MAX_BODY_BYTES = 1 << 20
 ENVIRON_KEY = 'idempo.context'
@@ -52,7 +52,7 @@ class IdempotencyMiddleware:
     def __init__(self, app, *, routes: Union[Dict[str, Route], Routes], connection: Callable[[], ContextManager],
                  max_body: int = MAX_BODY_BYTES):
         self.app = app
-        self.routes = routes if isinstance(routes, Routes) else Routes(routes)
+        self.routes = Routes.of(routes)
         self.connection = connection
         self.max_body = max_body
         self.version = None
@@ -78,9 +78,7 @@ class IdempotencyMiddleware:
             body = environ['wsgi.input'].read(int(length)) if int(length) else b''
         query = environ.get('QUERY_STRING', '')
         path = environ.get('PATH_INFO', '') + ('?' + query if query else '')
-        headers = [(k[5:].replace('_', '-').lower(), v) for k, v in environ.items() if k.startswith('HTTP_')]
-        if environ.get('CONTENT_TYPE'):
-            headers.append(('content-type', environ['CONTENT_TYPE']))
+        headers = cgi_headers(environ)
         try:
             info, key = Routes.prepare(route, environ['REQUEST_METHOD'], path, headers, body)
         except Refusal as refusal:
@@ -90,21 +88,12 @@ class IdempotencyMiddleware:
             runner = Runner(conn)
             runner.version = self.version        # checked on the first connection: once per app
 
-            def begin(ctx):
-                if not ctx.began:
-                    runner.begin()
-                    ctx.began = True
-
-            def handler(ctx):
-                ctx._begin = begin
+            def app(ctx):
                 environ[ENVIRON_KEY] = ctx
                 environ['wsgi.input'] = io.BytesIO(body)
                 return self._run_app(environ)
 
-            try:
-                reply = runner.run(flow_for(conn, route, info, key, handler))
-            except Refusal as refusal:
-                reply = refusal.reply
+            reply = serve(runner, conn, route, info, key, app)
             self.version = runner.version
         return send_reply(start_response, reply)
 
