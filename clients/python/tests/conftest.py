@@ -3,6 +3,7 @@
 tests/shim.sql are added where the server's idempo lacks a function (for development against
 a server older than the library; test/run never sets it)."""
 import os
+import threading
 import uuid
 
 import pytest
@@ -61,3 +62,36 @@ def scope(db):
 
 def new_key():
     return str(uuid.uuid4())
+
+
+class FakeProvider:
+    """A stand-in payment provider that does NOT deduplicate: every call that gets through
+    charges.  A subclass's fate(reference, *args) decides each call: None (charged, answered),
+    'request' (lost on the way: nothing charged, ConnectionError) or 'reply' (charged, the answer
+    lost on the way back: TimeoutError); .lost counts the two."""
+
+    def __init__(self):
+        self.charges = {}              # reference -> [charge ids]
+        self.lock = threading.Lock()
+        self.lost = {'request': 0, 'reply': 0}
+
+    def fate(self, reference, *args):
+        return None
+
+    def charge(self, reference, *args):
+        with self.lock:
+            lose = self.fate(reference, *args)
+            if lose == 'request':
+                self.lost['request'] += 1
+                raise ConnectionError('request lost on the way')
+            charge = f'ch_{uuid.uuid4().hex[:16]}'
+            self.charges.setdefault(reference, []).append(charge)
+            if lose == 'reply':
+                self.lost['reply'] += 1
+                raise TimeoutError('reply lost on the way back')
+            return {'id': charge}
+
+    def find(self, reference):
+        with self.lock:
+            found = self.charges.get(reference)
+            return {'id': found[0]} if found else None

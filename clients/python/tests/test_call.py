@@ -1,44 +1,27 @@
 """call_once: the two-system flow (claim and commit, call, record + complete; fail by the user's
 rule; unknown -> lookup -> verify; the heartbeat), blocking and asyncio."""
 import asyncio
-import threading
 import time
-import uuid
 
 import pytest
 
 import idempo
 import idempo.aio
 from idempo import Status
-from conftest import new_key
+from conftest import FakeProvider, new_key
 
 psycopg = pytest.importorskip('psycopg')
 
 
-class Provider:
-    """A stand-in payment provider that does NOT deduplicate: every call that gets through
-    charges.  lose: 'request' (nothing charged, error), 'reply' (charged, error)."""
+class Provider(FakeProvider):
+    """lose: the fates of the next calls, in order ('request', 'reply'); then every call goes through."""
 
     def __init__(self):
-        self.charges = {}             # key -> [charge ids]
+        super().__init__()
         self.lose = []
-        self.lock = threading.Lock()
 
-    def charge(self, key):
-        with self.lock:
-            lose = self.lose.pop(0) if self.lose else None
-            if lose == 'request':
-                raise ConnectionError('request lost')
-            charge = f'ch_{uuid.uuid4().hex[:12]}'
-            self.charges.setdefault(key, []).append(charge)
-            if lose == 'reply':
-                raise TimeoutError('reply lost')
-            return {'id': charge}
-
-    def find(self, key):
-        with self.lock:
-            found = self.charges.get(key)
-            return {'id': found[0]} if found else None
+    def fate(self, key):
+        return self.lose.pop(0) if self.lose else None
 
 
 class Declined(Exception):

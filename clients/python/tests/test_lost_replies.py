@@ -7,11 +7,11 @@ import queue
 import random
 import threading
 import time
-import uuid
 
 import pytest
 
 import idempo
+from conftest import FakeProvider
 
 psycopg = pytest.importorskip('psycopg')
 
@@ -22,30 +22,14 @@ LOSE_REQUEST, LOSE_REPLY = 0.03, 0.03
 FAST = '-c synchronous_commit=off'
 
 
-class Provider:
+class Provider(FakeProvider):
     def __init__(self, seed):
+        super().__init__()
         self.random = random.Random(seed)
-        self.charges = {}              # provider key -> [charge ids]
-        self.lock = threading.Lock()
-        self.lost = {'request': 0, 'reply': 0}
 
-    def charge(self, key):
-        with self.lock:
-            fate = self.random.random()
-            if fate < LOSE_REQUEST:
-                self.lost['request'] += 1
-                raise ConnectionError('request lost on the way')
-            charge = f'ch_{uuid.uuid4().hex[:16]}'
-            self.charges.setdefault(key, []).append(charge)
-            if fate < LOSE_REQUEST + LOSE_REPLY:
-                self.lost['reply'] += 1
-                raise TimeoutError('reply lost on the way back')
-            return {'id': charge}
-
-    def find(self, key):
-        with self.lock:
-            found = self.charges.get(key)
-            return {'id': found[0]} if found else None
+    def fate(self, key):
+        fate = self.random.random()
+        return 'request' if fate < LOSE_REQUEST else 'reply' if fate < LOSE_REQUEST + LOSE_REPLY else None
 
 
 def test_ten_thousand_requests_no_doubled_charge(dbname, db, scope):

@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from conftest import FakeProvider
+
 psycopg = pytest.importorskip('psycopg')
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,28 +26,16 @@ def load(name):
     return module
 
 
-class Provider:
+class Provider(FakeProvider):
     def __init__(self, declined_cls, seed):
+        super().__init__()
         self.random, self.declined_cls = random.Random(seed), declined_cls
-        self.charges, self.lock = {}, threading.Lock()
 
-    def charge(self, reference, amount):
-        with self.lock:
-            fate = self.random.random()
-            if amount % 97 == 0:
-                raise self.declined_cls('card declined')
-            if fate < 0.03:
-                raise ConnectionError('request lost')
-            charge = f'ch_{uuid.uuid4().hex[:12]}'
-            self.charges.setdefault(reference, []).append(charge)
-            if fate < 0.06:
-                raise TimeoutError('reply lost')
-            return {'id': charge}
-
-    def find(self, reference):
-        with self.lock:
-            found = self.charges.get(reference)
-            return {'id': found[0]} if found else None
+    def fate(self, reference, amount):
+        fate = self.random.random()
+        if amount % 97 == 0:
+            raise self.declined_cls('card declined')
+        return 'request' if fate < 0.03 else 'reply' if fate < 0.06 else None
 
 
 @pytest.mark.parametrize('job', ['payment_job_by_hand', 'payment_job'])
