@@ -197,7 +197,6 @@ class Heartbeat(threading.Thread):
         super().__init__(name=f'idempo-heartbeat {op.scope}/{op.key}', daemon=True)
         self.runner, self.op = runner, op
         self.stopping = threading.Event()
-        self.beats = 0
         self.error: Optional[BaseException] = None
 
     def run(self):
@@ -212,7 +211,6 @@ class Heartbeat(threading.Thread):
                         self.runner.rollback()
                         raise
                     self.runner.commit()
-                self.beats += 1
             except Exception as err:
                 self.error = F.translate(err)
                 return

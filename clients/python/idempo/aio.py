@@ -115,7 +115,7 @@ class Heartbeat:
     """An asyncio task extending the lease while the call is awaited."""
 
     def __init__(self, runner: Runner, op: F.HeartbeatStart):
-        self.runner, self.op, self.beats, self.error = runner, op, 0, None
+        self.runner, self.op, self.error = runner, op, None
         self.stopping = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self.loop())
 
@@ -136,7 +136,6 @@ class Heartbeat:
                         await self.runner.rollback(True)
                         raise
                     await self.runner.commit(True)
-                self.beats += 1
             except Exception as err:
                 self.error = F.translate(err)
                 return
