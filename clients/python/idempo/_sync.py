@@ -288,6 +288,8 @@ class Once:
     exceptions (a person or a verifier decides)."""
 
     def __init__(self, runner, scope, key, params, on_busy, busy_timeout, claim_kw):
+        if on_busy not in ('raise', 'wait'):
+            raise ValueError("on_busy must be 'raise' or 'wait'")
         self._runner, self.scope, self.key, self.params = runner, scope, key, params
         self._on_busy, self._busy_timeout, self._claim_kw = on_busy, busy_timeout, claim_kw
         self.claim: Optional[Claim] = None
@@ -378,8 +380,6 @@ def once(conn, scope: str, key: str, params: Any = None, *, on_busy: str = 'rais
          run_id: Optional[str] = None, intent_at: Optional[_dt.datetime] = None, fingerprint: Optional[bytes] = None,
          wait: bool = True) -> Once:
     """One-transaction work: see Once."""
-    if on_busy not in ('raise', 'wait'):
-        raise ValueError("on_busy must be 'raise' or 'wait'")
     return Once(runner_for(conn), scope, key, params, on_busy, busy_timeout,
                 dict(run_id=run_id, intent_at=intent_at, fingerprint=fingerprint, wait=wait))
 

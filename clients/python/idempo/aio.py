@@ -215,8 +215,6 @@ class Once(_SyncOnce):
 def once(conn, scope: str, key: str, params: Any = None, *, on_busy: str = 'raise', busy_timeout: float = 30.0,
          run_id: Optional[str] = None, intent_at: Optional[_dt.datetime] = None, fingerprint: Optional[bytes] = None,
          wait: bool = True) -> Once:
-    if on_busy not in ('raise', 'wait'):
-        raise ValueError("on_busy must be 'raise' or 'wait'")
     return Once(Runner(conn), scope, key, params, on_busy, busy_timeout,
                 dict(run_id=run_id, intent_at=intent_at, fingerprint=fingerprint, wait=wait))
 
