@@ -20,9 +20,7 @@ import contextlib
 from typing import Any, AsyncContextManager, Callable, Dict, Union
 
 from . import aio
-from .http import Refusal, Reply, Route, Routes, flow_for, problem
-
-MAX_BODY_BYTES = 1 << 20
+from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, flow_for, problem
 
 
 def connect(conninfo: str = '', **kwargs) -> Callable[[], AsyncContextManager[Any]]:

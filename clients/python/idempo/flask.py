@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, ContextManager, Dict, Optional, Union
 
-from .http import Context, Route, Routes
+from .http import MAX_BODY_BYTES, Context, Route, Routes
 from .wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
 
 __all__ = ['Idempotency', 'current', 'connect']
@@ -25,7 +25,7 @@ __all__ = ['Idempotency', 'current', 'connect']
 
 class Idempotency:
     def __init__(self, app=None, *, routes: Union[Dict[str, Route], Routes], connection: Callable[[], ContextManager],
-                 max_body: int = 1 << 20):
+                 max_body: int = MAX_BODY_BYTES):
         self.routes, self.connection, self.max_body = routes, connection, max_body
         if app is not None:
             self.init_app(app)

@@ -30,6 +30,7 @@ from . import _flow as F
 from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
+MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
 REPLAYED = 'idempotent-replayed'
 NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.

@@ -12,9 +12,8 @@ import io
 from typing import Any, Callable, ContextManager, Dict, Union
 
 from ._sync import Runner
-from .http import Refusal, Reply, Route, Routes, cgi_headers, problem, serve
+from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, cgi_headers, problem, serve
 
-MAX_BODY_BYTES = 1 << 20
 ENVIRON_KEY = 'idempo.context'
 
 
