@@ -881,11 +881,12 @@ BEGIN
 
     -- recorded in another session where it can be (managed_conflict)
     IF record_conflict THEN
+        IF s.store_params AND include_steps IS NULL THEN   -- a claim by fingerprint parsed no paths
+            include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
+        END IF;
         conflict_id := idempo.managed_conflict(s.name, k, o.fingerprint, fp,
-            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(o.params,
-                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
-            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(params,
-                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(o.params, include_steps), s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(params, include_steps), s.fingerprint_ignore) END,
             claim.run_id, t);
     END IF;
 
