@@ -184,9 +184,10 @@ REVOKE ALL ON FUNCTION idempo.drop_guard() FROM PUBLIC;
 -- (src/durability.c)
 ------------------------------------------------------------------------------------------------
 
--- create_scope() and alter_scope() gain parameters, so they are dropped and created again; an
--- EXECUTE right granted on them cannot be carried over by this script (a GRANT made here would
--- count as part of the extension, and pg_dump would then leave it out), so each one is named.
+-- create_scope(), alter_scope() and claim() gain parameters, so they are dropped and created
+-- again (below); an EXECUTE right granted on them cannot be carried over by this script (a GRANT
+-- made here would count as part of the extension, and pg_dump would then leave it out), so each
+-- one is named.
 DO $$
 DECLARE
     r record;
@@ -197,7 +198,7 @@ BEGIN
                     a.is_grantable
              FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
              WHERE p.pronamespace = 'idempo'::pg_catalog.regnamespace
-               AND p.proname IN ('create_scope', 'alter_scope')
+               AND p.proname IN ('create_scope', 'alter_scope', 'claim')
                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
              ORDER BY 1, 2
     LOOP
@@ -801,28 +802,7 @@ REVOKE ALL ON FUNCTION idempo.version() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 
 -- claim() gains lease (the lease this claim takes instead of the scope's), so it is dropped and
--- created again; as for create_scope() above, an EXECUTE right granted on it is named, not carried.
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee,
-                    a.is_grantable
-             FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-             WHERE p.pronamespace = 'idempo'::pg_catalog.regnamespace
-               AND p.proname = 'claim'
-               AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
-             ORDER BY 1
-    LOOP
-        RAISE WARNING 'idempo.claim() gains a parameter in 0.3.0: the EXECUTE right of % on it is not carried over',
-            r.grantee
-            USING HINT = pg_catalog.format('Grant it again after the update: GRANT EXECUTE ON FUNCTION idempo.claim TO %s%s;',
-                                           r.grantee,
-                                           CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$$;
+-- created again; an EXECUTE right granted on it was named with create_scope()'s above.
 DROP FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean);
 CREATE FUNCTION idempo.claim(
     scope              text,
