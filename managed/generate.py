@@ -22,6 +22,11 @@ Declarations, in managed/sql/*.sql comments:
                                          on or grant an omitted function go with it
   -- managed-differs: KEY: reason        (just above a replacement) KEY is one of security,
                                          volatility, strict, parallel, rows, leakproof
+  -- managed-not-yet: function NAME: hint
+                                         a C function the edition does not have yet: its
+                                         stand-in is generated from the C declaration itself
+                                         (LANGUAGE plpgsql, a body that refuses with 0A000 and
+                                         this hint), so the signature is written once
 Statements of managed/sql/*.sql that replace nothing (helpers) go just before the first
 replacement of their file.  The update scripts (src/sql/idempo--A--B.sql) will be generated the
 same way for pgtle.install_update_path (not yet: 0.3.0 is the first managed version).
@@ -281,8 +286,9 @@ def parse_function(code):
 
 def load_edition(sql_dir):
     """The statements of managed/sql/*.sql: {file: [(text, function declaration or None,
-    declared differences)]}, and the omissions {(kind, name): (reason, file)}."""
-    files, omit = {}, {}
+    declared differences)]}, the omissions {(kind, name): (reason, file)} and the functions not
+    there yet {name: (hint, file)}."""
+    files, omit, not_yet = {}, {}, {}
     for fname in sorted(os.listdir(sql_dir)):
         if not fname.endswith('.sql'):
             continue
@@ -290,6 +296,8 @@ def load_edition(sql_dir):
         for m in re.finditer(r'^--\s*managed-omit:\s*(function|event trigger|trigger)\s+(\S+?):\s*(.+)$',
                              text, re.M):
             omit[(m.group(1), m.group(2).lower())] = (m.group(3).strip(), fname)
+        for m in re.finditer(r'^--\s*managed-not-yet:\s*function\s+(\S+?):\s*(.+)$', text, re.M):
+            not_yet[m.group(1).lower()] = (m.group(2).strip(), fname)
         stmts = []
         for stext, code in statements(text):
             if not code:
@@ -303,13 +311,37 @@ def load_edition(sql_dir):
                     raise GenError('%s: managed-differs: %s cannot differ' % (fname, k))
             stmts.append((stext, f, declared))
         files[fname] = stmts
-    return files, omit
+    return files, omit, not_yet
+
+
+def refusing_stand_in(stext, name, hint):
+    """The C script's CREATE FUNCTION statement stext with its body replaced: LANGUAGE plpgsql
+    instead of C, no AS 'MODULE_PATHNAME', 'symbol', and a body that refuses with 0A000."""
+    toks = list(tokens(stext))
+    edits = []          # (start, end, replacement), applied from the end
+    for i, (kind, text, s, e) in enumerate(toks):
+        if kind == 'word' and text.lower() == 'as' and toks[i + 1][1] == "'MODULE_PATHNAME'":
+            if toks[i + 2][1] != ',' or toks[i + 3][0] != 'string':
+                raise GenError('cannot read the AS clause of %s' % name)
+            end = toks[i + 3][3]
+            edits.append((s, end + len(stext[end:]) - len(stext[end:].lstrip(' \t\n')), ''))
+        elif kind == 'word' and text.lower() == 'language':
+            edits.append((toks[i + 1][2], toks[i + 1][3], 'plpgsql'))
+    semi = [t for t in toks if t[0] == 'punct' and t[1] == ';']
+    if len(edits) != 2 or len(semi) != 1:
+        raise GenError('cannot make a stand-in of %s from its C declaration' % name)
+    body = (" AS $$\nBEGIN\n    RAISE EXCEPTION '%s() is not available in the managed edition yet' "
+            "USING ERRCODE = '0A000',\n        HINT = '%s';\nEND $$" % (name, hint.replace("'", "''")))
+    edits.append((semi[0][2], semi[0][2], body))
+    for s, e, r in sorted(edits, reverse=True):
+        stext = stext[:s] + r + stext[e:]
+    return stext
 
 
 def build(version):
     src = os.path.join(ROOT, 'src', 'sql', 'idempo--%s.sql' % version)
     script = open(src, encoding='utf-8').read()
-    files, omit = load_edition(os.path.join(HERE, 'sql'))
+    files, omit, not_yet = load_edition(os.path.join(HERE, 'sql'))
     script_functions = {}
     for _, code in statements(script):
         key = statement_key(code) if code else None
@@ -333,7 +365,7 @@ def build(version):
                 if declared:
                     raise GenError('%s: managed-differs on a statement that replaces nothing' % fname)
                 helpers_of.setdefault(fname, []).append(stext)
-    used_repl, used_omit, helpers_done = set(), set(), set()
+    used_repl, used_omit, used_not_yet, helpers_done = set(), set(), set(), set()
     omitted_functions = {name for (kind, name) in omit if kind == 'function'}
     out, notes = [], []
     for stext, code in statements(script):
@@ -356,6 +388,17 @@ def build(version):
             continue
         c = parse_function(code)
         sig = (c['name'], c['args'])
+        if c['name'] in not_yet:
+            if sig in repl:
+                raise GenError('%s: %s has a replacement and is declared not there yet in %s'
+                               % (repl[sig][3], c['name'], not_yet[c['name']][1]))
+            used_not_yet.add(c['name'])
+            hint, fname = not_yet[c['name']]
+            leading = re.match(r'\s*((?:--[^\n]*\n\s*)*)', stext).group(1)
+            out.append('\n' + leading + '-- managed edition: not yet (managed/sql/%s)\n' % fname
+                       + refusing_stand_in(stext[len(re.match(r'\s*(?:--[^\n]*\n\s*)*', stext).group(0)):],
+                                           c['name'], hint).strip('\n') + '\n')
+            continue
         if sig not in repl:
             raise GenError('the C function %s(%s) has no replacement in managed/sql/ '
                            '(nor a "-- managed-omit: function %s: reason")' % (sig[0], sig[1], sig[0]))
@@ -388,6 +431,9 @@ def build(version):
     for sig in repl:
         if sig not in used_repl:
             raise GenError('%s: %s(%s) replaces no C function of %s' % (repl[sig][3], sig[0], sig[1], src))
+    for name in not_yet:
+        if name not in used_not_yet:
+            raise GenError('%s: managed-not-yet %s matches no C function of %s' % (not_yet[name][1], name, src))
     for key in omit:
         if key not in used_omit:
             raise GenError('%s: managed-omit %s %s matches no statement of %s' % (omit[key][1], *key, src))

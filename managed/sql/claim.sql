@@ -815,9 +815,13 @@ BEGIN
         IF cardinality(s.fingerprint_ignore) > 0 THEN
             PERFORM idempo.managed_check_ignore(s);
         END IF;
-        -- only the fields the scope includes, then without those it ignores (fingerprint_include.c)
-        include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
-        fp := idempo.fingerprint(idempo.managed_only(params, include_steps), s.fingerprint_ignore);
+        IF cardinality(s.fingerprint_include) > 0 THEN
+            -- only the fields the scope includes, then without those it ignores (fingerprint_include.c)
+            include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
+            fp := idempo.fingerprint(idempo.managed_only(params, include_steps), s.fingerprint_ignore);
+        ELSE
+            fp := idempo.fingerprint(params, s.fingerprint_ignore);
+        END IF;
     END IF;
     IF s.require_fingerprint AND fp IS NULL THEN
         RAISE EXCEPTION 'scope "%" requires a fingerprint, and the claim of key "%" has none', s.name, k
@@ -881,11 +885,12 @@ BEGIN
 
     -- recorded in another session where it can be (managed_conflict)
     IF record_conflict THEN
+        IF s.store_params AND include_steps IS NULL THEN   -- a claim by fingerprint parsed no paths
+            include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
+        END IF;
         conflict_id := idempo.managed_conflict(s.name, k, o.fingerprint, fp,
-            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(o.params,
-                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
-            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(params,
-                coalesce(include_steps, idempo.managed_include_steps(s.fingerprint_include, s.name))), s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(o.params, include_steps), s.fingerprint_ignore) END,
+            CASE WHEN s.store_params THEN idempo.managed_without(idempo.managed_only(params, include_steps), s.fingerprint_ignore) END,
             claim.run_id, t);
     END IF;
 

@@ -1,4 +1,4 @@
--- The C functions the managed edition does not have yet: each refuses with 0A000, naming itself,
+-- The C functions the managed edition does not have: each refuses with 0A000, naming itself,
 -- so that the installer is complete and the API's shape (names, arguments, grants) is already
 -- the C edition's.  Each moves to a file of its own when it is written (docs/managed-edition.md).
 -- (No shared helper: these are SECURITY INVOKER like the C functions, and a caller allowed to
@@ -27,57 +27,8 @@ END $$;
 
 -- Batch claims (issue 29): the C edition decides each element with claim() in the order of the
 -- stored keys; here they would be a PL/pgSQL loop over idempo.claim() (docs/managed-edition.md).
-CREATE FUNCTION idempo.claim_batch(
-    scope              text,
-    keys               text[],
-    params             jsonb[]       DEFAULT NULL,
-    run_id             text          DEFAULT NULL,
-    intent_at          timestamptz[] DEFAULT NULL,
-    wait               boolean       DEFAULT true,
-    complete_on_commit boolean       DEFAULT false)
-    RETURNS TABLE (
-        "position"       integer,
-        key              text,
-        duplicate_of     integer,
-        outcome          idempo.outcome,
-        status           idempo.status,
-        attempt          integer,
-        result           jsonb,
-        target_ref       text,
-        error            text,
-        first_seen_at    timestamptz,
-        lease_expires_at timestamptz,
-        conflict_id      bigint,
-        review_id        bigint,
-        completed_at     timestamptz)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 100 AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.claim_batch() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'Claim each key with idempo.claim(), in the order of the keys; docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
-CREATE FUNCTION idempo.complete_batch(
-    scope       text,
-    keys        text[],
-    attempts    integer[] DEFAULT NULL,
-    results     jsonb[]   DEFAULT NULL,
-    target_refs text[]    DEFAULT NULL)
-    RETURNS TABLE ("position" integer, key text, status idempo.status)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 100 AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.complete_batch() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'Complete each key with idempo.complete(); docs/managed-edition.md lists what the managed edition has.';
-END $$;
-
-CREATE FUNCTION idempo.fail_batch(
-    scope     text,
-    keys      text[],
-    attempts  integer[] DEFAULT NULL,
-    errors    text[]    DEFAULT NULL,
-    retryable boolean   DEFAULT true)
-    RETURNS TABLE ("position" integer, key text, status idempo.status)
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 100 AS $$
-BEGIN
-    RAISE EXCEPTION 'idempo.fail_batch() is not available in the managed edition yet' USING ERRCODE = '0A000',
-        HINT = 'Fail each key with idempo.fail(); docs/managed-edition.md lists what the managed edition has.';
-END $$;
+-- Until then generate.py writes each one's stand-in from its C declaration, refusing with 0A000
+-- ("idempo.claim_batch() is not available in the managed edition yet") and this hint.
+-- managed-not-yet: function idempo.claim_batch: Claim each key with idempo.claim(), in the order of the keys; docs/managed-edition.md lists what the managed edition has.
+-- managed-not-yet: function idempo.complete_batch: Complete each key with idempo.complete(); docs/managed-edition.md lists what the managed edition has.
+-- managed-not-yet: function idempo.fail_batch: Fail each key with idempo.fail(); docs/managed-edition.md lists what the managed edition has.

@@ -369,6 +369,10 @@ CREATE FUNCTION idempo.check_scope(s idempo.scopes) RETURNS void
 DECLARE
     p text;
     iv interval;
+    rule text;
+    paths text[];
+    dims_hint text;
+    many_hint text;
 BEGIN
     IF s.name IS NULL OR s.name = '' THEN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
@@ -447,68 +451,49 @@ BEGIN
                       HINT = 'Give no part a negative sign, e.g. ''1 day'' rather than ''1 mon -29 days''.';
         END IF;
     END LOOP;
-    -- the same rules as the C code that compiles the paths (src/fingerprint_rules.c)
-    IF s.fingerprint_ignore IS NULL THEN
-        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must not be NULL', s.name
-            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
-    END IF;
-    IF array_ndims(s.fingerprint_ignore) > 1 THEN
-        RAISE EXCEPTION 'fingerprint_ignore of scope "%" must be a one-dimensional array', s.name
-            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].';
-    END IF;
-    IF cardinality(s.fingerprint_ignore) > 256 THEN
-        RAISE EXCEPTION 'fingerprint_ignore of scope "%" has % paths, the limit is 256', s.name,
-            cardinality(s.fingerprint_ignore)
-            USING ERRCODE = '22023',
-                  HINT = 'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.';
-    END IF;
-    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_ignore), 0) LOOP
-        p := s.fingerprint_ignore[array_lower(s.fingerprint_ignore, 1) + i - 1];
-        IF p IS NULL THEN
-            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is NULL', s.name, i
-                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
-        ELSIF p = '' THEN
-            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
-                USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
-        ELSIF octet_length(p) > 1024 THEN
-            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is % bytes long, the limit is 1024',
-                s.name, i, octet_length(p)
-                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
-        ELSIF starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0 THEN
-            RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
-                USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
-        END IF;
-    END LOOP;
-    -- fingerprint_include: the grammar of src/fingerprint_include.c (keys separated by dots,
+    -- The fingerprint rules' path lists, both checked as the C code that compiles them checks
+    -- (src/fingerprint_rules.c, src/fingerprint_include.c): the list, each path, then the
+    -- grammar of each rule (fingerprint_ignore: keys separated by single dots; fingerprint_include:
     -- [*] after a key for every element of an array, a backslash takes the next character)
-    IF s.fingerprint_include IS NULL THEN
-        RAISE EXCEPTION 'fingerprint_include of scope "%" must not be NULL', s.name
-            USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
-    END IF;
-    IF array_ndims(s.fingerprint_include) > 1 THEN
-        RAISE EXCEPTION 'fingerprint_include of scope "%" must be a one-dimensional array', s.name
-            USING ERRCODE = '22023', HINT = 'Pass e.g. ARRAY[''order'', ''items[*].sku''].';
-    END IF;
-    IF cardinality(s.fingerprint_include) > 256 THEN
-        RAISE EXCEPTION 'fingerprint_include of scope "%" has % paths, the limit is 256', s.name,
-            cardinality(s.fingerprint_include)
-            USING ERRCODE = '22023',
-                  HINT = 'Name the fields that identify the request; a path that ends on an object counts all of it.';
-    END IF;
-    FOR i IN 1 .. coalesce(cardinality(s.fingerprint_include), 0) LOOP
-        p := s.fingerprint_include[array_lower(s.fingerprint_include, 1) + i - 1];
-        IF p IS NULL THEN
-            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is NULL', s.name, i
-                USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
-        ELSIF octet_length(p) > 1024 THEN
-            RAISE EXCEPTION 'fingerprint_include of scope "%": path % is % bytes long, the limit is 1024',
-                s.name, i, octet_length(p)
-                USING ERRCODE = '22023', HINT = 'Use a shorter path.';
-        ELSIF p !~ '^(?:[^.[\\]|\\.)+(?:\[\*\])*(?:\.(?:[^.[\\]|\\.)+(?:\[\*\])*)*$' THEN
-            RAISE EXCEPTION 'fingerprint_include of scope "%": path % ("%") is not a path', s.name, i, p
-                USING ERRCODE = '22023',
-                      HINT = 'A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. ''order'', ''customer.id'', ''items[*].sku''; a backslash takes the next character literally (''a\.b'' is the key "a.b").';
+    FOR rule, paths, dims_hint, many_hint IN VALUES
+            ('fingerprint_ignore', s.fingerprint_ignore, 'Pass e.g. ARRAY[''delivered_at'', ''meta.trace_id''].',
+             'Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.'),
+            ('fingerprint_include', s.fingerprint_include, 'Pass e.g. ARRAY[''order'', ''items[*].sku''].',
+             'Name the fields that identify the request; a path that ends on an object counts all of it.') LOOP
+        IF paths IS NULL THEN
+            RAISE EXCEPTION '% of scope "%" must not be NULL', rule, s.name
+                USING ERRCODE = '22004', HINT = 'Pass an empty array (''{}'') to let every field count.';
         END IF;
+        IF array_ndims(paths) > 1 THEN
+            RAISE EXCEPTION '% of scope "%" must be a one-dimensional array', rule, s.name
+                USING ERRCODE = '22023', HINT = dims_hint;
+        END IF;
+        IF cardinality(paths) > 256 THEN
+            RAISE EXCEPTION '% of scope "%" has % paths, the limit is 256', rule, s.name, cardinality(paths)
+                USING ERRCODE = '22023', HINT = many_hint;
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(paths), 0) LOOP
+            p := paths[array_lower(paths, 1) + i - 1];
+            IF p IS NULL THEN
+                RAISE EXCEPTION '% of scope "%": path % is NULL', rule, s.name, i
+                    USING ERRCODE = '22023', HINT = 'Remove the NULL element.';
+            ELSIF octet_length(p) > 1024 THEN
+                RAISE EXCEPTION '% of scope "%": path % is % bytes long, the limit is 1024',
+                    rule, s.name, i, octet_length(p)
+                    USING ERRCODE = '22023', HINT = 'Use a shorter path.';
+            ELSIF rule = 'fingerprint_ignore' AND p = '' THEN
+                RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % is empty', s.name, i
+                    USING ERRCODE = '22023', HINT = 'A path names a field, e.g. ''delivered_at'' or ''meta.trace_id''.';
+            ELSIF rule = 'fingerprint_ignore' AND (starts_with(p, '.') OR right(p, 1) = '.' OR strpos(p, '..') > 0) THEN
+                RAISE EXCEPTION 'fingerprint_ignore of scope "%": path % ("%") has an empty segment', s.name, i, p
+                    USING ERRCODE = '22023', HINT = 'Separate object keys with single dots, without a dot at either end.';
+            ELSIF rule = 'fingerprint_include'
+                  AND p !~ '^(?:[^.[\\]|\\.)+(?:\[\*\])*(?:\.(?:[^.[\\]|\\.)+(?:\[\*\])*)*$' THEN
+                RAISE EXCEPTION 'fingerprint_include of scope "%": path % ("%") is not a path', s.name, i, p
+                    USING ERRCODE = '22023',
+                          HINT = 'A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. ''order'', ''customer.id'', ''items[*].sku''; a backslash takes the next character literally (''a\.b'' is the key "a.b").';
+            END IF;
+        END LOOP;
     END LOOP;
 END
 $$;
@@ -600,8 +585,7 @@ DECLARE
     old_lock_timeout text;
     locked boolean := false;
     changes_hash boolean;
-    changes_ignore boolean;
-    changes_include boolean;
+    changes_rule text;
     changes_timing boolean;
     what text;
 BEGIN
@@ -630,20 +614,22 @@ BEGIN
     -- behind a waiting lock, so it is tried for 200 ms at a time, letting them through in
     -- between.
     changes_hash := alter_scope.hash_keys IS NOT NULL AND alter_scope.hash_keys <> s.hash_keys;
-    changes_ignore := alter_scope.fingerprint_ignore IS NOT NULL
-        AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
-            IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1);
-    changes_include := alter_scope.fingerprint_include IS NOT NULL
-        AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_include) AS x ORDER BY 1)
-            IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_include) AS x ORDER BY 1);
-    -- fingerprint_include is fixed with operations for the reason fingerprint_ignore is
-    changes_ignore := changes_ignore OR changes_include;
+    -- the fingerprint rule that changes (fingerprint_include is fixed with operations for the
+    -- reason fingerprint_ignore is), named first when both do
+    changes_rule := CASE
+        WHEN alter_scope.fingerprint_include IS NOT NULL
+             AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_include) AS x ORDER BY 1)
+                 IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_include) AS x ORDER BY 1)
+        THEN 'fingerprint_include'
+        WHEN alter_scope.fingerprint_ignore IS NOT NULL
+             AND ARRAY(SELECT DISTINCT x FROM unnest(alter_scope.fingerprint_ignore) AS x ORDER BY 1)
+                 IS DISTINCT FROM ARRAY(SELECT DISTINCT x FROM unnest(s.fingerprint_ignore) AS x ORDER BY 1)
+        THEN 'fingerprint_ignore' END;
     -- as written, not as interval equality ('1 month' = '30 days'): any other way to count it
     changes_timing := (alter_scope.retention IS NOT NULL AND alter_scope.retention::text <> s.retention::text)
         OR (alter_scope.remember IS NOT NULL AND alter_scope.remember::text <> s.remember::text);
     what := array_to_string(ARRAY[CASE WHEN changes_hash THEN 'hash_keys' END,
-                                  CASE WHEN changes_ignore AND NOT changes_include THEN 'fingerprint_ignore' END,
-                                  CASE WHEN changes_include THEN 'fingerprint_include' END,
+                                  changes_rule,
                                   CASE WHEN alter_scope.retention::text <> s.retention::text THEN 'retention' END,
                                   CASE WHEN alter_scope.remember::text <> s.remember::text THEN 'remember' END], ', ');
     -- where idempo's records come from a publisher, rescheduling them is the publisher's to do
@@ -651,15 +637,14 @@ BEGIN
         PERFORM idempo.refuse_on_subscriber(s.name, NULL);
     END IF;
     FOR pass IN 1 .. 2 LOOP
-        EXIT WHEN NOT (changes_hash OR changes_ignore OR changes_timing);
+        EXIT WHEN NOT (changes_hash OR changes_rule IS NOT NULL OR changes_timing);
         IF changes_hash AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
             RAISE EXCEPTION 'cannot change hash_keys of scope "%": it has operations', s.name
                 USING ERRCODE = '55000',
                       HINT = 'Stored keys would no longer match; create a new scope instead.';
         END IF;
-        IF changes_ignore AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
-            RAISE EXCEPTION 'cannot change % of scope "%": it has operations',
-                CASE WHEN changes_include THEN 'fingerprint_include' ELSE 'fingerprint_ignore' END, s.name
+        IF changes_rule IS NOT NULL AND EXISTS (SELECT FROM idempo.operations o WHERE o.scope = s.name) THEN
+            RAISE EXCEPTION 'cannot change % of scope "%": it has operations', changes_rule, s.name
                 USING ERRCODE = '55000',
                       HINT = 'Their fingerprints were computed under the old rule, so a redelivery would become a conflict; create a new scope, or change the rule once the scope''s records are gone.';
         END IF;
