@@ -278,15 +278,14 @@ class Exchange {
     if (claim.outcome !== Outcome.ACQUIRED) return { answer: answerFor(claim, this.options) };
     this.claim = claim;
     const abort = new AbortController();
-    this.abort = abort;
     this.beat = this.options.heartbeat === false ? null
       : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort, this.options.lease);
     // the business write's transaction, opened when the handler asks for it
     this.transaction = async () => {
       if (this.txHandle) return this.txHandle;
-      // the request is over (the client went away): a transaction now would wait for a reply
+      // the reply was already stored or abandoned: a transaction now would wait for a reply
       // that never comes, holding a pool client
-      if (this.finished) throw new Error('idempo: the request is over (the client closed the connection); nothing is stored');
+      if (this.finished) throw new Error('idempo: the request is over (its reply was already stored or abandoned); nothing is stored');
       const opened = deferred();
       this.reply = deferred();
       this.txDone = this.idem.db.transaction(async (db) => {
@@ -338,12 +337,9 @@ class Exchange {
     }
   }
 
-  // The client closed the connection before the reply: nobody will see it, and a handler that
-  // never replies would otherwise keep the heartbeat (and a transaction's pool client) forever.
-  // The transaction rolls back (mode 'transaction': the claim with it, the key is free again);
-  // mode 'lease': the signal aborts and the heartbeat stops, the attempt is left to its lease (the
-  // handler may still be in the other system's call: failing it retryable could run it twice).
-  // The request ended without a reply the middleware saw (the framework failed): undo.
+  // The request ended without a reply the middleware saw (the framework failed): undo.  The
+  // transaction rolls back (mode 'transaction': the claim with it, the key is free again); mode
+  // 'lease': the heartbeat stops and the attempt is failed as retryable.
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
