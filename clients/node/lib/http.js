@@ -352,6 +352,27 @@ class Exchange {
   }
 }
 
+// What both middlewares do before the handler, given the request as the framework shows it
+// (view: headerValues(name), body, method, path, contentType, rawBody): the scope, the key, the
+// params, the claim.  -> null (no key and required: false: not idempotent, the request goes on
+// untouched), {answer} (a refusal, a replay, busy...: send it), or {acquired, exchange} (the
+// handler runs; exchange.finish stores its reply).  A failed claim is undone and thrown.
+async function beginRequest(idem, options, req, view) {
+  let exchange;
+  try {
+    const scope = scopeOf(options, req);
+    const key = keyOf(req, options, view);
+    if (key === null) return null;
+    exchange = new Exchange(idem, options, scope, key, paramsOf(view));
+    const begun = await exchange.begin();
+    return begun.answer ? { answer: begun.answer } : { acquired: begun.acquired, exchange };
+  } catch (err) {
+    if (err instanceof Refusal) return { answer: err.reply };
+    if (exchange) await exchange.abandon(err);
+    throw err;
+  }
+}
+
 // A claim's error that is the client's fault: JSON that JavaScript accepts but jsonb does not
 // (a \u0000 escape, a lone surrogate) -> 400.
 function translate(err, options) {
@@ -369,6 +390,6 @@ function scopeOf(options, req) {
 }
 
 module.exports = {
-  Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore,
+  Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
   mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
 };
