@@ -238,11 +238,7 @@ class Exchange {
       const claim = await this._claim(db);
       claimed.resolve({ claim, db });
       if (claim.outcome !== Outcome.ACQUIRED) return null;
-      const { status, headers, body } = await this.reply.promise;
-      if (!this.store(status)) throw new NotStored();
-      await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        .complete(this.scope, this.key, { result: storedReply(status, headers, body, this.options.keepHeaders) });
-      return null;
+      return this._commitReply(db);
     }).catch((err) => {
       if (err instanceof NotStored) return null;
       claimed.resolve({ error: err });     // a failed claim (or BEGIN) answers begin()
@@ -261,8 +257,7 @@ class Exchange {
 
   async _claim(db) {
     try {
-      return await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        ._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
+      return await this.idem._on(db)._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
     } catch (err) {
       throw translate(err, this.options);
     }
@@ -290,11 +285,7 @@ class Exchange {
       this.reply = deferred();
       this.txDone = this.idem.db.transaction(async (db) => {
         opened.resolve(db.handle);
-        const { status, headers, body } = await this.reply.promise;
-        if (!this.store(status)) throw new NotStored();
-        await new this.idem.constructor(db, this.idem.options, this.idem.root)
-          .complete(this.scope, this.key, { attempt: claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
-        return null;
+        return this._commitReply(db, claim.attempt);
       });
       this.txDone.catch((err) => opened.reject(err));
       this.txHandle = await opened.promise;
@@ -309,6 +300,20 @@ class Exchange {
 
   store(status) {
     return (this.options.store ?? defaultStore)(status);
+  }
+
+  // The reply as the stored result (its per-client headers left out unless keepHeaders names them).
+  _result({ status, headers, body }) {
+    return storedReply(status, headers, body, this.options.keepHeaders);
+  }
+
+  // In the transaction db: waits for the handler's reply and stores it with complete() (attempt:
+  // the lease's, in mode 'lease'), or throws NotStored to roll back a reply not to be stored.
+  async _commitReply(db, attempt) {
+    const reply = await this.reply.promise;
+    if (!this.store(reply.status)) throw new NotStored();
+    await this.idem._on(db).complete(this.scope, this.key, { attempt, result: this._result(reply) });
+    return null;
   }
 
   // The handler's reply: stored and committed (resolves) or not (rolled back; with a lease the
@@ -326,7 +331,7 @@ class Exchange {
         this.reply.resolve({ status, headers, body });
         await this.txDone.catch((err) => { if (!(err instanceof NotStored)) throw err; });
       } else if (this.store(status)) {
-        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
+        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: this._result({ status, headers, body }) });
       }
       if (!this.store(status)) {
         await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
