@@ -14,7 +14,7 @@
 // lease (kept by a heartbeat) for handlers that call another system; the business write goes
 // in `await req.idempotency.transaction()`, which commits with the stored reply.
 // The rules of every answer: lib/http.js and docs/node.md.
-const { Refusal, keyOf, paramsOf, answerFor, Exchange, scopeOf } = require('./lib/http');
+const { beginRequest } = require('./lib/http');
 
 function send(res, answer) {
   const body = Buffer.isBuffer(answer.body) ? answer.body : Buffer.from(answer.body ?? '', 'utf8');
@@ -25,33 +25,25 @@ function send(res, answer) {
 function idempotency(idem, options = {}) {
   if (!idem || typeof idem.claim !== 'function') throw new TypeError('idempotency(idem, options): idem must be an Idempo');
   return async function idempotencyMiddleware(req, res, next) {
-    let exchange;
+    let begun;
     try {
-      const scope = scopeOf(options, req);
-      const key = keyOf(req, options, {
+      begun = await beginRequest(idem, options, req, {
         headerValues: (name) => (req.headersDistinct ? req.headersDistinct[name] : req.headers[name]),
-        body: req.body,
+        body: req.body, rawBody: req.rawBody, method: req.method, path: req.originalUrl ?? req.url,
+        contentType: req.headers['content-type'],
       });
-      if (key === null) return next();          // required: false and no key: not idempotent
-      const params = paramsOf({
-        method: req.method, path: req.originalUrl ?? req.url, contentType: req.headers['content-type'],
-        body: req.body, rawBody: req.rawBody,
-      });
-      exchange = new Exchange(idem, options, scope, key, params);
-      const begun = await exchange.begin();
-      if (begun.answer) return send(res, begun.answer);
-      req.idempotency = begun.acquired;
-      capture(res, exchange);
-      // A client that goes away before the reply changes nothing: the handler still holds the
-      // transaction (tx) or is still in the other system's call, so its reply is stored and
-      // committed (a retry replays it) and the heartbeat runs until it returns.  Rolling back or
-      // stopping here let a slow handler's writes run on a released pool client (review).
-      return next();
     } catch (err) {
-      if (err instanceof Refusal) return send(res, err.reply);
-      if (exchange) await exchange.abandon(err);
       return next(err);
     }
+    if (begun === null) return next();          // required: false and no key: not idempotent
+    if (begun.answer) return send(res, begun.answer);
+    req.idempotency = begun.acquired;
+    capture(res, begun.exchange);
+    // A client that goes away before the reply changes nothing: the handler still holds the
+    // transaction (tx) or is still in the other system's call, so its reply is stored and
+    // committed (a retry replays it) and the heartbeat runs until it returns.  Rolling back or
+    // stopping here let a slow handler's writes run on a released pool client (review).
+    return next();
   };
 }
 

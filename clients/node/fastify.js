@@ -12,7 +12,7 @@
 // Options given to register are defaults for every route; a route's config overrides them.
 // mode 'transaction' and 'lease' as in express.js; the reply is stored and committed in onSend,
 // before it is sent.
-const { Refusal, keyOf, paramsOf, answerFor, Exchange, scopeOf } = require('./lib/http');
+const { answerFor, beginRequest } = require('./lib/http');
 
 function sendAnswer(reply, answer) {
   reply.code(answer.status);
@@ -29,30 +29,17 @@ async function idempoPlugin(fastify, defaults) {
     const config = request.routeOptions ? request.routeOptions.config : reply.context.config;
     if (!config || !config.idempotency) return undefined;
     const options = { ...routeDefaults, ...config.idempotency };
-    let exchange;
-    try {
-      const scope = scopeOf(options, request);
-      const key = keyOf(request, options, {
-        headerValues: (name) => request.raw.headersDistinct ? request.raw.headersDistinct[name] : request.headers[name],
-        body: request.body,
-      });
-      if (key === null) return undefined;
-      const params = paramsOf({
-        method: request.method, path: request.url, contentType: request.headers['content-type'],
-        body: request.body, rawBody: request.rawBody,
-      });
-      exchange = new Exchange(idem, options, scope, key, params);
-      const begun = await exchange.begin();
-      if (begun.answer) return sendAnswer(reply, begun.answer);
-      request.idempotency = begun.acquired;
-      request.idempoExchange = exchange;
-      // a client that closes the connection before the reply changes nothing (see express.js)
-      return undefined;
-    } catch (err) {
-      if (err instanceof Refusal) return sendAnswer(reply, err.reply);
-      if (exchange) await exchange.abandon(err);
-      throw err;
-    }
+    const begun = await beginRequest(idem, options, request, {
+      headerValues: (name) => (request.raw.headersDistinct ? request.raw.headersDistinct[name] : request.headers[name]),
+      body: request.body, rawBody: request.rawBody, method: request.method, path: request.url,
+      contentType: request.headers['content-type'],
+    });
+    if (begun === null) return undefined;
+    if (begun.answer) return sendAnswer(reply, begun.answer);
+    request.idempotency = begun.acquired;
+    request.idempoExchange = begun.exchange;
+    // a client that closes the connection before the reply changes nothing (see express.js)
+    return undefined;
   });
 
   fastify.addHook('onSend', async (request, reply, payload) => {

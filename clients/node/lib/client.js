@@ -200,7 +200,13 @@ class Idempo {
   // The same library on a transaction the caller opened (a pg client after BEGIN, a Knex trx,
   // a Prisma tx, a Kysely trx): helpers run in it and never commit or roll it back.
   within(handle) {
-    return new Idempo(this.db.bind(handle), this.options, this.root);
+    return this._on(this.db.bind(handle));
+  }
+
+  // The same library (options, log, the version check of its pool) on another adapter: a
+  // transaction's, that this library or the middleware opened.
+  _on(db) {
+    return new Idempo(db, this.options, this.root);
   }
 
   // Checks once per Idempo (a pool) that the database has idempo's SQL objects of a supported
@@ -355,7 +361,7 @@ class Idempo {
   // Runs fn in a transaction of its own, or in the caller's (within()).
   _transaction(fn) {
     if (this.db.inTransaction) return fn(this);
-    return this.db.transaction((db) => fn(new Idempo(db, this.options, this.root)));
+    return this.db.transaction((db) => fn(this._on(db)));
   }
 
   async _outcomeError(claim, scope, key, inTransaction) {

@@ -238,11 +238,7 @@ class Exchange {
       const claim = await this._claim(db);
       claimed.resolve({ claim, db });
       if (claim.outcome !== Outcome.ACQUIRED) return null;
-      const { status, headers, body } = await this.reply.promise;
-      if (!this.store(status)) throw new NotStored();
-      await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        .complete(this.scope, this.key, { result: storedReply(status, headers, body, this.options.keepHeaders) });
-      return null;
+      return this._commitReply(db);
     }).catch((err) => {
       if (err instanceof NotStored) return null;
       claimed.resolve({ error: err });     // a failed claim (or BEGIN) answers begin()
@@ -261,8 +257,7 @@ class Exchange {
 
   async _claim(db) {
     try {
-      return await new this.idem.constructor(db, this.idem.options, this.idem.root)
-        ._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
+      return await this.idem._on(db)._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
     } catch (err) {
       throw translate(err, this.options);
     }
@@ -278,24 +273,19 @@ class Exchange {
     if (claim.outcome !== Outcome.ACQUIRED) return { answer: answerFor(claim, this.options) };
     this.claim = claim;
     const abort = new AbortController();
-    this.abort = abort;
     this.beat = this.options.heartbeat === false ? null
       : this.idem._heartbeat(this.scope, this.key, claim, this.options.heartbeat ?? true, abort, this.options.lease);
     // the business write's transaction, opened when the handler asks for it
     this.transaction = async () => {
       if (this.txHandle) return this.txHandle;
-      // the request is over (the client went away): a transaction now would wait for a reply
+      // the reply was already stored or abandoned: a transaction now would wait for a reply
       // that never comes, holding a pool client
-      if (this.finished) throw new Error('idempo: the request is over (the client closed the connection); nothing is stored');
+      if (this.finished) throw new Error('idempo: the request is over (its reply was already stored or abandoned); nothing is stored');
       const opened = deferred();
       this.reply = deferred();
       this.txDone = this.idem.db.transaction(async (db) => {
         opened.resolve(db.handle);
-        const { status, headers, body } = await this.reply.promise;
-        if (!this.store(status)) throw new NotStored();
-        await new this.idem.constructor(db, this.idem.options, this.idem.root)
-          .complete(this.scope, this.key, { attempt: claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
-        return null;
+        return this._commitReply(db, claim.attempt);
       });
       this.txDone.catch((err) => opened.reject(err));
       this.txHandle = await opened.promise;
@@ -310,6 +300,20 @@ class Exchange {
 
   store(status) {
     return (this.options.store ?? defaultStore)(status);
+  }
+
+  // The reply as the stored result (its per-client headers left out unless keepHeaders names them).
+  _result({ status, headers, body }) {
+    return storedReply(status, headers, body, this.options.keepHeaders);
+  }
+
+  // In the transaction db: waits for the handler's reply and stores it with complete() (attempt:
+  // the lease's, in mode 'lease'), or throws NotStored to roll back a reply not to be stored.
+  async _commitReply(db, attempt) {
+    const reply = await this.reply.promise;
+    if (!this.store(reply.status)) throw new NotStored();
+    await this.idem._on(db).complete(this.scope, this.key, { attempt, result: this._result(reply) });
+    return null;
   }
 
   // The handler's reply: stored and committed (resolves) or not (rolled back; with a lease the
@@ -327,7 +331,7 @@ class Exchange {
         this.reply.resolve({ status, headers, body });
         await this.txDone.catch((err) => { if (!(err instanceof NotStored)) throw err; });
       } else if (this.store(status)) {
-        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: storedReply(status, headers, body, this.options.keepHeaders) });
+        await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: this._result({ status, headers, body }) });
       }
       if (!this.store(status)) {
         await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
@@ -338,12 +342,9 @@ class Exchange {
     }
   }
 
-  // The client closed the connection before the reply: nobody will see it, and a handler that
-  // never replies would otherwise keep the heartbeat (and a transaction's pool client) forever.
-  // The transaction rolls back (mode 'transaction': the claim with it, the key is free again);
-  // mode 'lease': the signal aborts and the heartbeat stops, the attempt is left to its lease (the
-  // handler may still be in the other system's call: failing it retryable could run it twice).
-  // The request ended without a reply the middleware saw (the framework failed): undo.
+  // The request ended without a reply the middleware saw (the framework failed): undo.  The
+  // transaction rolls back (mode 'transaction': the claim with it, the key is free again); mode
+  // 'lease': the heartbeat stops and the attempt is failed as retryable.
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
@@ -353,6 +354,27 @@ class Exchange {
       if (this.beat) await this.beat.stop();
       await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: 'no reply', retryable: true }).catch(() => {});
     }
+  }
+}
+
+// What both middlewares do before the handler, given the request as the framework shows it
+// (view: headerValues(name), body, method, path, contentType, rawBody): the scope, the key, the
+// params, the claim.  -> null (no key and required: false: not idempotent, the request goes on
+// untouched), {answer} (a refusal, a replay, busy...: send it), or {acquired, exchange} (the
+// handler runs; exchange.finish stores its reply).  A failed claim is undone and thrown.
+async function beginRequest(idem, options, req, view) {
+  let exchange;
+  try {
+    const scope = scopeOf(options, req);
+    const key = keyOf(req, options, view);
+    if (key === null) return null;
+    exchange = new Exchange(idem, options, scope, key, paramsOf(view));
+    const begun = await exchange.begin();
+    return begun.answer ? { answer: begun.answer } : { acquired: begun.acquired, exchange };
+  } catch (err) {
+    if (err instanceof Refusal) return { answer: err.reply };
+    if (exchange) await exchange.abandon(err);
+    throw err;
   }
 }
 
@@ -373,6 +395,6 @@ function scopeOf(options, req) {
 }
 
 module.exports = {
-  Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore,
+  Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
   mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
 };
