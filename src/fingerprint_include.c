@@ -31,7 +31,8 @@
  * Limits as for fingerprint_ignore: at most IDEMPO_IGNORE_MAX_PATHS paths of
  * at most IDEMPO_IGNORE_MAX_PATH_BYTES bytes.  A NULL element, an empty path
  * and a path that breaks the grammar are refused with 22023; check_scope()
- * refuses the same for scopes.
+ * refuses the same for scopes.  The checks that do not depend on the
+ * grammar are the ignore list's own (idempo_path_list(), fingerprint_rules.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -98,18 +99,18 @@ node_add_each(MemoryContext cxt, IdempoInclude *n)
 #define INCLUDE_GRAMMAR_HINT \
 	"A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. 'order', 'customer.id', 'items[*].sku'; a backslash takes the next character literally ('a\\.b' is the key \"a.b\")."
 
+static const IdempoPathList include_list = {
+	"include",
+	"Pass e.g. ARRAY['order', 'items[*].sku'].",
+	"Name the fields that identify the request; a path that ends on an object counts all of it.",
+	INCLUDE_GRAMMAR_HINT
+};
+
+/* Refuses a path that breaks the grammar. */
 static void
-refuse_path(const char *scope, int index, const char *what, const char *hint)
+refuse_grammar(const char *scope, int index, const char *what)
 {
-	if (scope != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fingerprint_include of scope \"%s\": path %d %s", scope, index, what),
-				 errhint("%s", hint)));
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("fingerprint include path %d %s", index, what),
-			 errhint("%s", hint)));
+	idempo_path_refuse(&include_list, scope, index, what, INCLUDE_GRAMMAR_HINT);
 }
 
 /* Adds one path (p, len bytes) below root; refuses it if it breaks the grammar. */
@@ -131,33 +132,28 @@ compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, con
 			if (p[pos] == '\\')
 			{
 				if (++pos == len)
-					refuse_path(scope, index, psprintf("(\"%s\") ends in a lone backslash", pnstrdup(p, len)),
-								INCLUDE_GRAMMAR_HINT);
+					refuse_grammar(scope, index, psprintf("(\"%s\") ends in a lone backslash", pnstrdup(p, len)));
 			}
 			key[keylen++] = p[pos++];
 		}
 		if (keylen == 0)
-			refuse_path(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1),
-						INCLUDE_GRAMMAR_HINT);
+			refuse_grammar(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1));
 		node = node_add_key(cxt, node, key, keylen);
 		/* any number of [*] */
 		while (pos < len && p[pos] == '[')
 		{
 			if (len - pos < 3 || p[pos + 1] != '*' || p[pos + 2] != ']')
-				refuse_path(scope, index, psprintf("(\"%s\") has '[' at byte %d that does not start [*]", pnstrdup(p, len), pos + 1),
-							INCLUDE_GRAMMAR_HINT);
+				refuse_grammar(scope, index, psprintf("(\"%s\") has '[' at byte %d that does not start [*]", pnstrdup(p, len), pos + 1));
 			node = node_add_each(cxt, node);
 			pos += 3;
 		}
 		if (pos == len)
 			break;
 		if (p[pos] != '.')
-			refuse_path(scope, index, psprintf("(\"%s\") has no dot after [*] at byte %d", pnstrdup(p, len), pos + 1),
-						INCLUDE_GRAMMAR_HINT);
+			refuse_grammar(scope, index, psprintf("(\"%s\") has no dot after [*] at byte %d", pnstrdup(p, len), pos + 1));
 		pos++;
 		if (pos == len)
-			refuse_path(scope, index, psprintf("(\"%s\") ends in a dot", pnstrdup(p, len)),
-						INCLUDE_GRAMMAR_HINT);
+			refuse_grammar(scope, index, psprintf("(\"%s\") ends in a dot", pnstrdup(p, len)));
 	}
 	node->terminal = true;
 	pfree(key);
@@ -171,48 +167,20 @@ compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, con
 IdempoInclude *
 idempo_include_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 {
-	Datum	   *elems;
-	bool	   *nulls;
+	text	  **texts;
 	int			n;
 	int			i;
 	IdempoInclude *root;
 
 	if (paths == NULL)
 		return NULL;
-	if (ARR_NDIM(paths) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_include of scope \"%s\" must be a one-dimensional array", scope)
-				 : errmsg("fingerprint include paths must be a one-dimensional array"),
-				 errhint("Pass e.g. ARRAY['order', 'items[*].sku'].")));
-	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = idempo_path_list(paths, &include_list, scope, &texts);
 	if (n == 0)
 		return NULL;
-	if (n > IDEMPO_IGNORE_MAX_PATHS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_include of scope \"%s\" has %d paths, the limit is %d",
-								scope, n, IDEMPO_IGNORE_MAX_PATHS)
-				 : errmsg("%d fingerprint include paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
-				 errhint("Name the fields that identify the request; a path that ends on an object counts all of it.")));
 
 	root = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
 	for (i = 0; i < n; i++)
-	{
-		text	   *t;
-		int			len;
-
-		if (nulls[i])
-			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
-		t = DatumGetTextPP(elems[i]);
-		len = VARSIZE_ANY_EXHDR(t);
-		if (len == 0)
-			refuse_path(scope, i + 1, "is empty", INCLUDE_GRAMMAR_HINT);
-		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
-			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
-						"Use a shorter path.");
-		compile_path(cxt, root, VARDATA_ANY(t), len, scope, i + 1);
-	}
+		compile_path(cxt, root, VARDATA_ANY(texts[i]), VARSIZE_ANY_EXHDR(texts[i]), scope, i + 1);
 	return root;
 }
 

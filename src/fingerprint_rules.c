@@ -16,7 +16,9 @@
  * Limits, so that no input can exhaust memory or the stack: at most
  * IDEMPO_IGNORE_MAX_PATHS paths of at most IDEMPO_IGNORE_MAX_PATH_BYTES
  * bytes each.  Bad lists (NULL elements, empty paths or segments) are
- * refused with 22023; check_scope() refuses the same for scopes.
+ * refused with 22023; check_scope() refuses the same for scopes.  The
+ * checks of a list that do not depend on the grammar of a path are
+ * idempo_path_list(), which fingerprint_include.c's lists go through too.
  *
  *-------------------------------------------------------------------------
  */
@@ -82,20 +84,82 @@ node_add_child(MemoryContext cxt, IdempoIgnore *n, const char *seg, int len)
 	return c;
 }
 
-/* Refuses a bad ignore list: for a scope (naming it) or for idempo.fingerprint(). */
-static void
-refuse_path(const char *scope, int index, const char *what, const char *hint)
+/* Refuses one path of a list: for a scope (naming it) or for idempo.fingerprint(). */
+void
+idempo_path_refuse(const IdempoPathList *list, const char *scope, int index, const char *what,
+				   const char *hint)
 {
 	if (scope != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fingerprint_ignore of scope \"%s\": path %d %s", scope, index, what),
+				 errmsg("fingerprint_%s of scope \"%s\": path %d %s", list->rule, scope, index, what),
 				 errhint("%s", hint)));
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("fingerprint ignore path %d %s", index, what),
+			 errmsg("fingerprint %s path %d %s", list->rule, index, what),
 			 errhint("%s", hint)));
 }
+
+/*
+ * The paths of a list (fingerprint_ignore or fingerprint_include), each
+ * checked against what both lists refuse: several dimensions, more than
+ * IDEMPO_IGNORE_MAX_PATHS paths, a NULL, an empty path, a path over
+ * IDEMPO_IGNORE_MAX_PATH_BYTES.  The grammar of a path is the caller's.
+ * Returns the number of paths (0: none), *paths_out the paths.  scope names
+ * the scope in errors (NULL: the caller is idempo.fingerprint()).
+ */
+int
+idempo_path_list(ArrayType *paths, const IdempoPathList *list, const char *scope,
+				 text ***paths_out)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+	text	  **out;
+
+	if (ARR_NDIM(paths) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_%s of scope \"%s\" must be a one-dimensional array",
+								list->rule, scope)
+				 : errmsg("fingerprint %s paths must be a one-dimensional array", list->rule),
+				 errhint("%s", list->example)));
+	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > IDEMPO_IGNORE_MAX_PATHS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_%s of scope \"%s\" has %d paths, the limit is %d",
+								list->rule, scope, n, IDEMPO_IGNORE_MAX_PATHS)
+				 : errmsg("%d fingerprint %s paths given, the limit is %d",
+						  n, list->rule, IDEMPO_IGNORE_MAX_PATHS),
+				 errhint("%s", list->many_hint)));
+	out = palloc(sizeof(text *) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		int			len;
+
+		if (nulls[i])
+			idempo_path_refuse(list, scope, i + 1, "is NULL", "Remove the NULL element.");
+		out[i] = DatumGetTextPP(elems[i]);
+		len = VARSIZE_ANY_EXHDR(out[i]);
+		if (len == 0)
+			idempo_path_refuse(list, scope, i + 1, "is empty", list->empty_hint);
+		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
+			idempo_path_refuse(list, scope, i + 1,
+							   psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
+							   "Use a shorter path.");
+	}
+	*paths_out = out;
+	return n;
+}
+
+static const IdempoPathList ignore_list = {
+	"ignore",
+	"Pass e.g. ARRAY['delivered_at', 'meta.trace_id'].",
+	"Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.",
+	"A path names a field, e.g. 'delivered_at' or 'meta.trace_id'."
+};
 
 /*
  * Compiles a text[] of paths into a tree allocated in cxt; NULL when the
@@ -105,58 +169,34 @@ refuse_path(const char *scope, int index, const char *what, const char *hint)
 IdempoIgnore *
 idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 {
-	Datum	   *elems;
-	bool	   *nulls;
+	text	  **texts;
 	int			n;
 	int			i;
 	IdempoIgnore *root;
 
 	if (paths == NULL)
 		return NULL;
-	if (ARR_NDIM(paths) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_ignore of scope \"%s\" must be a one-dimensional array", scope)
-				 : errmsg("fingerprint ignore paths must be a one-dimensional array"),
-				 errhint("Pass e.g. ARRAY['delivered_at', 'meta.trace_id'].")));
-	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = idempo_path_list(paths, &ignore_list, scope, &texts);
 	if (n == 0)
 		return NULL;
-	if (n > IDEMPO_IGNORE_MAX_PATHS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_ignore of scope \"%s\" has %d paths, the limit is %d",
-								scope, n, IDEMPO_IGNORE_MAX_PATHS)
-				 : errmsg("%d fingerprint ignore paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
-				 errhint("Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.")));
 
 	root = node_new(cxt, NULL, 0);
 	for (i = 0; i < n; i++)
 	{
-		text	   *t;
-		const char *p;
-		int			len;
+		const char *p = VARDATA_ANY(texts[i]);
+		int			len = VARSIZE_ANY_EXHDR(texts[i]);
 		int			start = 0;
 		int			pos;
 		IdempoIgnore *node = root;
 
-		if (nulls[i])
-			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
-		t = DatumGetTextPP(elems[i]);
-		p = VARDATA_ANY(t);
-		len = VARSIZE_ANY_EXHDR(t);
-		if (len == 0)
-			refuse_path(scope, i + 1, "is empty", "A path names a field, e.g. 'delivered_at' or 'meta.trace_id'.");
-		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
-			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
-						"Use a shorter path.");
 		for (pos = 0; pos <= len; pos++)
 		{
 			if (pos < len && p[pos] != '.')
 				continue;
 			if (pos == start)
-				refuse_path(scope, i + 1, psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
-							"Separate object keys with single dots, without a dot at either end.");
+				idempo_path_refuse(&ignore_list, scope, i + 1,
+								   psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
+								   "Separate object keys with single dots, without a dot at either end.");
 			node = node_add_child(cxt, node, p + start, pos - start);
 			start = pos + 1;
 		}

@@ -192,6 +192,20 @@ extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
 typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
 
+/* How a list of fingerprint paths is named in its errors (fingerprint_ignore, fingerprint_include). */
+typedef struct IdempoPathList
+{
+	const char *rule;			/* "ignore", "include": fingerprint_<rule>, fingerprint <rule> path */
+	const char *example;		/* the hint for a list of several dimensions */
+	const char *many_hint;		/* for a list over IDEMPO_IGNORE_MAX_PATHS */
+	const char *empty_hint;		/* for an empty path */
+} IdempoPathList;
+
+extern int	idempo_path_list(ArrayType *paths, const IdempoPathList *list, const char *scope,
+							 text ***paths_out);
+extern void idempo_path_refuse(const IdempoPathList *list, const char *scope, int index,
+							   const char *what, const char *hint);
+
 extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
 extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
 extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
