@@ -524,13 +524,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	ctx->pos = -1;
 
 	/* what the inserts need of the scope, past this session: its values only */
-	*scope_out = *scope;
-	scope_out->fingerprint_ignore_paths = NULL;
-	scope_out->fingerprint_ignore = NULL;
-	scope_out->fingerprint_ignore_compiled = true;
-	scope_out->allowed_role_name = NULL;
-	scope_out->owner = NULL;
-	scope_out->cxt = NULL;
+	idempo_scope_values(scope, scope_out);
 
 	/* the stored keys from order[from] on, each once, in order */
 	distinct = palloc(sizeof(Datum) * keys->n);

@@ -256,6 +256,7 @@ extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oi
 extern void idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user);
 extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
 extern const IdempoInclude *idempo_scope_include(const IdempoScope *scope);
+extern void idempo_scope_values(const IdempoScope *scope, IdempoScope *out);
 
 /* ---- keys.c: argument checks and the stored form of keys ---- */
 

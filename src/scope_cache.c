@@ -285,6 +285,28 @@ idempo_scope_include(const IdempoScope *scope)
 	return entry->fingerprint_include;
 }
 
+/*
+ * The scope's values, copied into *out for use after the SPI session ends
+ * (claim_batch.c): every pointer into the cache's memory is cleared, and
+ * the fingerprint rules count as compiled to nothing, so that nothing can
+ * reach memory freed by an invalidation.  A new pointer field of
+ * IdempoScope is cleared here.
+ */
+void
+idempo_scope_values(const IdempoScope *scope, IdempoScope *out)
+{
+	*out = *scope;
+	out->fingerprint_ignore_paths = NULL;
+	out->fingerprint_ignore = NULL;
+	out->fingerprint_ignore_compiled = true;
+	out->fingerprint_include_paths = NULL;
+	out->fingerprint_include = NULL;
+	out->fingerprint_include_compiled = true;
+	out->allowed_role_name = NULL;
+	out->owner = NULL;
+	out->cxt = NULL;
+}
+
 /* Like idempo_scope_find(), but an unknown scope is an error. */
 const IdempoScope *
 idempo_scope_get(const char *name)
