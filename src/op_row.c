@@ -255,3 +255,39 @@ op_row_check_attempt(const char *verb, const char *scope, const char *key, int32
 						verb, key, scope, given, current),
 				 errhint("Pass the attempt number idempo.claim() returned.")));
 }
+
+/*
+ * The refusal of a call naming a key that has no record (never claimed, or
+ * its finished record expired): complete, fail, heartbeat.
+ */
+void
+op_row_refuse_missing(const char *verb, const char *scope, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no such operation",
+					verb, key, scope),
+			 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
+}
+
+/*
+ * The refusal of a call given attempt => NULL ("the attempt this
+ * transaction acquired") in a transaction that acquired none of the key,
+ * saying the real cause: a key nobody claimed has no attempt to name
+ * either.  hint: how to name the attempt.
+ */
+void
+op_row_refuse_not_acquired(const char *verb, const char *scope, const char *key,
+						   const char *hint)
+{
+	OpRow		r;
+
+	if (!op_row_read(scope, key, &r, OP_READ_PLAIN))
+		op_row_refuse_missing(verb, scope, key);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": this transaction acquired no attempt of it",
+					verb, key, scope),
+			 errdetail("The operation is %s, at attempt %d.", idempo_status_names[r.status], r.attempt),
+			 errhint("%s", hint)));
+}

@@ -111,6 +111,9 @@ extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
 extern void op_row_check_attempt(const char *verb, const char *scope, const char *key,
 								 int32 given, int32 current);
+extern void op_row_refuse_missing(const char *verb, const char *scope, const char *key);
+extern void op_row_refuse_not_acquired(const char *verb, const char *scope, const char *key,
+									   const char *hint);
 
 /* expiry.c */
 typedef enum OpExpiry
