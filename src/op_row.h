@@ -104,6 +104,7 @@ typedef enum OpReadMode
 
 extern void op_row_init(OpRow *r);
 extern void op_row_values(const OpRow *r, Datum *values, bool *isnull);
+extern void op_row_from_values(const Datum *v, const bool *n, OpRow *r);
 extern void op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r);
 extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);
