@@ -47,52 +47,17 @@
 
 PG_FUNCTION_INFO_V1(idempo_fingerprint_rules);
 
+/* the tree of the paths: IdempoPathNode (idempo.h), shared by both lists */
 struct IdempoInclude
 {
-	char	   *key;			/* the (unescaped) key this node is reached by; NULL: root or [*] */
-	int			keylen;
-	bool		terminal;		/* a path ends here: the value counts whole */
-	int			nkeys;
-	struct IdempoInclude **keys;	/* the object members paths continue in */
-	struct IdempoInclude *each;	/* [*]: every element of an array */
+	IdempoPathNode root;
 };
 
-static IdempoInclude *
-node_key(const IdempoInclude *n, const char *key, int len)
-{
-	int			i;
-
-	for (i = 0; i < n->nkeys; i++)
-		if (n->keys[i]->keylen == len && memcmp(n->keys[i]->key, key, len) == 0)
-			return n->keys[i];
-	return NULL;
-}
-
-static IdempoInclude *
-node_add_key(MemoryContext cxt, IdempoInclude *n, const char *key, int len)
-{
-	IdempoInclude *c = node_key(n, key, len);
-
-	if (c != NULL)
-		return c;
-	c = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
-	c->key = MemoryContextAlloc(cxt, len + 1);
-	memcpy(c->key, key, len);
-	c->key[len] = '\0';
-	c->keylen = len;
-	if (n->nkeys == 0)
-		n->keys = MemoryContextAlloc(cxt, sizeof(IdempoInclude *) * 4);
-	else if ((n->nkeys & (n->nkeys - 1)) == 0 && n->nkeys >= 4)
-		n->keys = repalloc(n->keys, sizeof(IdempoInclude *) * n->nkeys * 2);
-	n->keys[n->nkeys++] = c;
-	return c;
-}
-
-static IdempoInclude *
-node_add_each(MemoryContext cxt, IdempoInclude *n)
+static IdempoPathNode *
+node_add_each(MemoryContext cxt, IdempoPathNode *n)
 {
 	if (n->each == NULL)
-		n->each = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
+		n->each = MemoryContextAllocZero(cxt, sizeof(IdempoPathNode));
 	return n->each;
 }
 
@@ -115,10 +80,10 @@ refuse_grammar(const char *scope, int index, const char *what)
 
 /* Adds one path (p, len bytes) below root; refuses it if it breaks the grammar. */
 static void
-compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, const char *scope,
+compile_path(MemoryContext cxt, IdempoPathNode *root, const char *p, int len, const char *scope,
 			 int index)
 {
-	IdempoInclude *node = root;
+	IdempoPathNode *node = root;
 	char	   *key = palloc(len + 1);
 	int			pos = 0;
 
@@ -138,7 +103,7 @@ compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, con
 		}
 		if (keylen == 0)
 			refuse_grammar(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1));
-		node = node_add_key(cxt, node, key, keylen);
+		node = idempo_path_add_key(cxt, node, key, keylen);
 		/* any number of [*] */
 		while (pos < len && p[pos] == '[')
 		{
@@ -180,13 +145,13 @@ idempo_include_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 
 	root = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
 	for (i = 0; i < n; i++)
-		compile_path(cxt, root, VARDATA_ANY(texts[i]), VARSIZE_ANY_EXHDR(texts[i]), scope, i + 1);
+		compile_path(cxt, &root->root, VARDATA_ANY(texts[i]), VARSIZE_ANY_EXHDR(texts[i]), scope, i + 1);
 	return root;
 }
 
 /* Whether the projection of v (a scalar, or a container as jbvBinary) below node finds anything. */
 static bool
-finds(JsonbValue *v, const IdempoInclude *node)
+finds(JsonbValue *v, const IdempoPathNode *node)
 {
 	check_stack_depth();
 	if (node->terminal)
@@ -213,7 +178,7 @@ finds(JsonbValue *v, const IdempoInclude *node)
 
 /* Pushes the projection of v below node, which finds something (finds()). */
 static void
-push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoInclude *node)
+push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoPathNode *node)
 {
 	JsonbIterator *it;
 	JsonbValue	x;
@@ -247,7 +212,7 @@ push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, cons
 	}
 	while ((tok = JsonbIteratorNext(&it, &x, true)) != WJB_DONE)
 	{
-		const IdempoInclude *child;
+		const IdempoPathNode *child;
 		JsonbValue	key;
 
 		switch (tok)
@@ -258,7 +223,7 @@ push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, cons
 				break;
 			case WJB_KEY:
 				key = x;
-				child = node_key(node, key.val.string.val, key.val.string.len);
+				child = idempo_path_key(node, key.val.string.val, key.val.string.len);
 				tok = JsonbIteratorNext(&it, &x, true);
 				if (tok != WJB_VALUE)
 					elog(ERROR, "unexpected jsonb iterator token %d after a key", (int) tok);
@@ -287,8 +252,8 @@ idempo_include_apply(Jsonb *jb, const IdempoInclude *include)
 	root.type = jbvBinary;
 	root.val.binary.data = &jb->root;
 	root.val.binary.len = VARSIZE(jb) - VARHDRSZ;
-	if (finds(&root, include))
-		push_projection(&state, WJB_VALUE, &root, include);
+	if (finds(&root, &include->root))
+		push_projection(&state, WJB_VALUE, &root, &include->root);
 	else
 	{
 		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);

@@ -33,54 +33,42 @@
 
 PG_FUNCTION_INFO_V1(idempo_fingerprint_ignoring);
 
+/* the tree of the paths: IdempoPathNode (idempo.h), shared by both lists */
 struct IdempoIgnore
 {
-	char	   *segment;		/* NULL at the root */
-	int			seglen;
-	bool		terminal;		/* this path ends here: the field is left out */
-	int			nchildren;
-	struct IdempoIgnore **children;
+	IdempoPathNode root;
 };
 
-static IdempoIgnore *
-node_new(MemoryContext cxt, const char *seg, int len)
-{
-	IdempoIgnore *n = MemoryContextAllocZero(cxt, sizeof(IdempoIgnore));
-
-	if (seg != NULL)
-	{
-		n->segment = MemoryContextAlloc(cxt, len + 1);
-		memcpy(n->segment, seg, len);
-		n->segment[len] = '\0';
-		n->seglen = len;
-	}
-	return n;
-}
-
-static IdempoIgnore *
-node_child(const IdempoIgnore *n, const char *seg, int len)
+/* The child of n reached by key (len bytes), or NULL. */
+IdempoPathNode *
+idempo_path_key(const IdempoPathNode *n, const char *key, int len)
 {
 	int			i;
 
-	for (i = 0; i < n->nchildren; i++)
-		if (n->children[i]->seglen == len && memcmp(n->children[i]->segment, seg, len) == 0)
-			return n->children[i];
+	for (i = 0; i < n->nkeys; i++)
+		if (n->keys[i]->keylen == len && memcmp(n->keys[i]->key, key, len) == 0)
+			return n->keys[i];
 	return NULL;
 }
 
-static IdempoIgnore *
-node_add_child(MemoryContext cxt, IdempoIgnore *n, const char *seg, int len)
+/* The child of n reached by key, added (in cxt) if there is none yet. */
+IdempoPathNode *
+idempo_path_add_key(MemoryContext cxt, IdempoPathNode *n, const char *key, int len)
 {
-	IdempoIgnore *c = node_child(n, seg, len);
+	IdempoPathNode *c = idempo_path_key(n, key, len);
 
 	if (c != NULL)
 		return c;
-	c = node_new(cxt, seg, len);
-	if (n->nchildren == 0)
-		n->children = MemoryContextAlloc(cxt, sizeof(IdempoIgnore *) * 4);
-	else if ((n->nchildren & (n->nchildren - 1)) == 0 && n->nchildren >= 4)
-		n->children = repalloc(n->children, sizeof(IdempoIgnore *) * n->nchildren * 2);
-	n->children[n->nchildren++] = c;
+	c = MemoryContextAllocZero(cxt, sizeof(IdempoPathNode));
+	c->key = MemoryContextAlloc(cxt, len + 1);
+	memcpy(c->key, key, len);
+	c->key[len] = '\0';
+	c->keylen = len;
+	if (n->nkeys == 0)
+		n->keys = MemoryContextAlloc(cxt, sizeof(IdempoPathNode *) * 4);
+	else if ((n->nkeys & (n->nkeys - 1)) == 0 && n->nkeys >= 4)
+		n->keys = repalloc(n->keys, sizeof(IdempoPathNode *) * n->nkeys * 2);
+	n->keys[n->nkeys++] = c;
 	return c;
 }
 
@@ -180,14 +168,14 @@ idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 	if (n == 0)
 		return NULL;
 
-	root = node_new(cxt, NULL, 0);
+	root = MemoryContextAllocZero(cxt, sizeof(IdempoIgnore));
 	for (i = 0; i < n; i++)
 	{
 		const char *p = VARDATA_ANY(texts[i]);
 		int			len = VARSIZE_ANY_EXHDR(texts[i]);
 		int			start = 0;
 		int			pos;
-		IdempoIgnore *node = root;
+		IdempoPathNode *node = &root->root;
 
 		for (pos = 0; pos <= len; pos++)
 		{
@@ -197,7 +185,7 @@ idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 				idempo_path_refuse(&ignore_list, scope, i + 1,
 								   psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
 								   "Separate object keys with single dots, without a dot at either end.");
-			node = node_add_child(cxt, node, p + start, pos - start);
+			node = idempo_path_add_key(cxt, node, p + start, pos - start);
 			start = pos + 1;
 		}
 		node->terminal = true;
@@ -205,13 +193,13 @@ idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 	return root;
 }
 
-static void push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node);
+static void push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoPathNode *node);
 
 /* Pushes one value (a scalar or a container given as jbvBinary), pruned below node if an object. */
 static void
-push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoIgnore *node)
+push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoPathNode *node)
 {
-	if (node != NULL && node->nchildren > 0 && v->type == jbvBinary &&
+	if (node != NULL && node->nkeys > 0 && v->type == jbvBinary &&
 		JsonContainerIsObject(v->val.binary.data))
 		push_pruned_object(state, v->val.binary.data, node);
 	else
@@ -223,12 +211,12 @@ push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const Ide
  * ones they continue in (closing the outermost sets state->result).
  */
 static void
-push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node)
+push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoPathNode *node)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
-	const IdempoIgnore *child = NULL;
+	const IdempoPathNode *child = NULL;
 	bool		skip = false;
 
 	check_stack_depth();
@@ -245,7 +233,7 @@ push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore 
 				pushJsonbValue(state, WJB_END_OBJECT, NULL);
 				break;
 			case WJB_KEY:
-				child = node_child(node, v.val.string.val, v.val.string.len);
+				child = idempo_path_key(node, v.val.string.val, v.val.string.len);
 				skip = child != NULL && child->terminal;
 				if (!skip)
 					pushJsonbValue(state, WJB_KEY, &v);
@@ -269,7 +257,7 @@ idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore)
 	if (ignore == NULL || !JB_ROOT_IS_OBJECT(jb))
 		return jb;
 	memset(&state, 0, sizeof(state));
-	push_pruned_object(&state, &jb->root, ignore);
+	push_pruned_object(&state, &jb->root, &ignore->root);
 	if (state.result == NULL)
 		elog(ERROR, "pruning a jsonb object returned nothing");
 	return JsonbValueToJsonb(state.result);

@@ -192,6 +192,25 @@ extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
 typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
 
+/*
+ * A compiled list of paths is a tree of object keys (fingerprint_rules.c,
+ * fingerprint_include.c): a node per key a path goes through, terminal where
+ * one ends; each is include's [*] (every element of an array).
+ */
+typedef struct IdempoPathNode
+{
+	char	   *key;			/* the key this node is reached by; NULL: the root or [*] */
+	int			keylen;
+	bool		terminal;		/* a path ends here */
+	int			nkeys;
+	struct IdempoPathNode **keys;	/* the object members paths continue in */
+	struct IdempoPathNode *each;	/* [*]: every element of an array (include only) */
+} IdempoPathNode;
+
+extern IdempoPathNode *idempo_path_key(const IdempoPathNode *n, const char *key, int len);
+extern IdempoPathNode *idempo_path_add_key(MemoryContext cxt, IdempoPathNode *n, const char *key,
+										   int len);
+
 /* How a list of fingerprint paths is named in its errors (fingerprint_ignore, fingerprint_include). */
 typedef struct IdempoPathList
 {
