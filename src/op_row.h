@@ -177,6 +177,10 @@ extern void idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, ui
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
 									Datum run_id, const uint8 *fingerprint, Jsonb *params,
 									bool complete_on_commit);
+/* the columns of idempo.claim_result for an answer (claim.c): claim_batch's answers too */
+#define IDEMPO_CLAIM_RESULT_COLS 11
+extern void idempo_claim_result_values(IdempoOutcome outcome, const OpRow *r, int64 conflict_id,
+									   int64 review_id, int natts, Datum *values, bool *nulls);
 typedef enum OpKeyState
 {
 	KEY_QUIET,					/* no other transaction is changing the record */
