@@ -83,7 +83,7 @@ PG_FUNCTION_INFO_V1(idempo_fail_batch);
 
 /* claim_result's columns that the duplicate rule reads */
 #define CR_OUTCOME	0
-#define CR_MAX		16			/* the columns of claim_result this file can hold */
+#define CR_MAX		IDEMPO_CLAIM_RESULT_COLS	/* the columns of claim_result (claim.c) */
 
 /* An element's answer: the columns of claim_result, in the batch's memory. */
 typedef struct BatchAnswer
