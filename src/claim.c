@@ -645,33 +645,26 @@ claim_without_waiting(ClaimAnswer *ans, const ClaimArgs *a)
 	return false;
 }
 
-static Datum
-build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
+/*
+ * The columns of idempo.claim_result (natts of them: 0.2.0's has 10) for an
+ * answer: outcome, the record it is about (NULL: none), the conflict and
+ * review it opened (0: none).  One place for what an answer holds: claim()
+ * and claim_batch (the replays its probe answers, the keys it inserts).
+ */
+void
+idempo_claim_result_values(IdempoOutcome outcome, const OpRow *r, int64 conflict_id,
+						   int64 review_id, int natts, Datum *values, bool *nulls)
 {
-	TupleDesc	desc;
-	Datum		values[11];
-	bool		nulls[11];
-	OpRow	   *r = &ans->row;
-	bool		replay = ans->outcome == OUTCOME_REPLAY;
-	bool		expired = ans->outcome == OUTCOME_EXPIRED;
+	bool		replay = outcome == OUTCOME_REPLAY;
+	bool		expired = outcome == OUTCOME_EXPIRED;
 
-	/* the result's descriptor, looked up once per call site */
-	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	if (desc == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-
-		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "idempo.claim must return a composite type");
-		desc = BlessTupleDesc(desc);
-		fcinfo->flinfo->fn_extra = desc;
-		MemoryContextSwitchTo(old);
-	}
-
-	memset(nulls, true, sizeof(nulls));
-	values[0] = idempo_outcome_datum(ans->outcome);
+	if (natts > IDEMPO_CLAIM_RESULT_COLS)
+		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
+			 natts, IDEMPO_CLAIM_RESULT_COLS);
+	memset(nulls, true, sizeof(bool) * natts);
+	values[0] = idempo_outcome_datum(outcome);
 	nulls[0] = false;
-	if (ans->has_row)
+	if (r != NULL)
 	{
 		values[1] = idempo_status_datum(r->status);
 		values[2] = Int32GetDatum(r->attempt);
@@ -699,26 +692,46 @@ build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
 			nulls[5] = false;
 		}
 	}
-	if (ans->conflict_id != 0)
+	if (conflict_id != 0)
 	{
-		values[8] = Int64GetDatum(ans->conflict_id);
+		values[8] = Int64GetDatum(conflict_id);
 		nulls[8] = false;
 	}
-	if (ans->review_id != 0)
+	if (review_id != 0)
 	{
-		values[9] = Int64GetDatum(ans->review_id);
+		values[9] = Int64GetDatum(review_id);
 		nulls[9] = false;
 	}
 	/* completed_at (0.3.0's claim_result): when a replayed or remembered action finished */
-	if (desc->natts > 10 && ans->has_row && (replay || expired) &&
+	if (natts > 10 && r != NULL && (replay || expired) &&
 		!TIMESTAMP_IS_NOBEGIN(r->completed_at))
 	{
 		values[10] = TimestampTzGetDatum(r->completed_at);
 		nulls[10] = false;
 	}
-	if (desc->natts > lengthof(values))
-		elog(ERROR, "idempo.claim_result has %d attributes, this library knows %d",
-			 desc->natts, (int) lengthof(values));
+}
+
+static Datum
+build_result(FunctionCallInfo fcinfo, ClaimAnswer *ans)
+{
+	TupleDesc	desc;
+	Datum		values[IDEMPO_CLAIM_RESULT_COLS];
+	bool		nulls[IDEMPO_CLAIM_RESULT_COLS];
+
+	/* the result's descriptor, looked up once per call site */
+	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "idempo.claim must return a composite type");
+		desc = BlessTupleDesc(desc);
+		fcinfo->flinfo->fn_extra = desc;
+		MemoryContextSwitchTo(old);
+	}
+	idempo_claim_result_values(ans->outcome, ans->has_row ? &ans->row : NULL, ans->conflict_id,
+							   ans->review_id, desc->natts, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 

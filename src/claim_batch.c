@@ -83,7 +83,7 @@ PG_FUNCTION_INFO_V1(idempo_fail_batch);
 
 /* claim_result's columns that the duplicate rule reads */
 #define CR_OUTCOME	0
-#define CR_MAX		16			/* the columns of claim_result this file can hold */
+#define CR_MAX		IDEMPO_CLAIM_RESULT_COLS	/* the columns of claim_result (claim.c) */
 
 /* An element's answer: the columns of claim_result, in the batch's memory. */
 typedef struct BatchAnswer
@@ -398,7 +398,6 @@ probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 	OpRow		r = *rp;
 	TimestampTz next_due;
 	IdempoOutcome outcome;
-	bool		replay;
 	Datum		values[CR_MAX];
 	bool		nulls[CR_MAX];
 	int32		attempt;
@@ -438,35 +437,9 @@ probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 		if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
 			return;				/* a conflict: claim() records it */
 	}
-	/* the answer claim() gives (its build_result()) */
+	/* the answer claim() gives */
 	outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
-	replay = outcome == OUTCOME_REPLAY;
-	memset(nulls, true, sizeof(nulls));
-	values[0] = idempo_outcome_datum(outcome);
-	values[1] = idempo_status_datum(r.status);
-	values[2] = Int32GetDatum(r.attempt);
-	values[6] = TimestampTzGetDatum(r.first_seen_at);
-	nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
-	if (replay && r.result != NULL)
-	{
-		values[3] = PointerGetDatum(r.result);
-		nulls[3] = false;
-	}
-	if (r.target_ref != (Datum) 0)
-	{
-		values[4] = r.target_ref;
-		nulls[4] = false;
-	}
-	if (replay && r.error != (Datum) 0)
-	{
-		values[5] = r.error;
-		nulls[5] = false;
-	}
-	if (st->result_desc->natts > 10 && !TIMESTAMP_IS_NOBEGIN(r.completed_at))
-	{
-		values[10] = TimestampTzGetDatum(r.completed_at);
-		nulls[10] = false;
-	}
+	idempo_claim_result_values(outcome, &r, 0, 0, st->result_desc->natts, values, nulls);
 	{
 		MemoryContext old = MemoryContextSwitchTo(st->callcxt);
 
@@ -524,13 +497,7 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	ctx->pos = -1;
 
 	/* what the inserts need of the scope, past this session: its values only */
-	*scope_out = *scope;
-	scope_out->fingerprint_ignore_paths = NULL;
-	scope_out->fingerprint_ignore = NULL;
-	scope_out->fingerprint_ignore_compiled = true;
-	scope_out->allowed_role_name = NULL;
-	scope_out->owner = NULL;
-	scope_out->cxt = NULL;
+	idempo_scope_values(scope, scope_out);
 
 	/* the stored keys from order[from] on, each once, in order */
 	distinct = palloc(sizeof(Datum) * keys->n);
@@ -594,17 +561,7 @@ acquired_answer(const OpRow *r, TupleDesc result_desc)
 	Datum		values[CR_MAX];
 	bool		nulls[CR_MAX];
 
-	memset(nulls, true, sizeof(nulls));
-	values[0] = idempo_outcome_datum(OUTCOME_ACQUIRED);
-	values[1] = idempo_status_datum(r->status);
-	values[2] = Int32GetDatum(r->attempt);
-	values[6] = TimestampTzGetDatum(r->first_seen_at);
-	nulls[0] = nulls[1] = nulls[2] = nulls[6] = false;
-	if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at))
-	{
-		values[7] = TimestampTzGetDatum(r->lease_expires_at);
-		nulls[7] = false;
-	}
+	idempo_claim_result_values(OUTCOME_ACQUIRED, r, 0, 0, result_desc->natts, values, nulls);
 	return answer_copy(result_desc, values, nulls);
 }
 

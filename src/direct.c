@@ -725,6 +725,9 @@ op_direct_read_many(const char *scope, ArrayType *keys,
 		OpRow		r;
 		Datum	   *v;
 		bool	   *n;
+		Datum		cv[NUM_OP_COLS];	/* the columns OP_COLUMNS, in OpCol order */
+		bool		cn[NUM_OP_COLS];
+		int			i;
 		bool		in_flux = true;	/* not a heap tuple in a buffer: claim() decides */
 
 		if (TTS_IS_BUFFERTUPLE(slot))
@@ -738,33 +741,14 @@ op_direct_read_many(const char *scope, ArrayType *keys,
 		slot_getallattrs(slot);
 		v = slot->tts_values;
 		n = slot->tts_isnull;
-		op_row_init(&r);
-		if (!n[layout.attidx[A_FINGERPRINT]])
+		for (i = 0; i < NUM_OP_COLS; i++)
 		{
-			bytea	   *fp = DatumGetByteaPP(v[layout.attidx[A_FINGERPRINT]]);
-
-			if (VARSIZE_ANY_EXHDR(fp) == IDEMPO_DIGEST_LEN)
-			{
-				r.has_fingerprint = true;
-				memcpy(r.fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
-			}
+			cv[i] = v[layout.attidx[A_FINGERPRINT + i]];
+			cn[i] = n[layout.attidx[A_FINGERPRINT + i]];
 		}
-		r.status = idempo_status_from_datum(v[layout.attidx[A_STATUS]]);
-		r.attempt = DatumGetInt32(v[layout.attidx[A_ATTEMPT]]);
-#define TS(a) (n[layout.attidx[a]] ? DT_NOBEGIN : DatumGetTimestampTz(v[layout.attidx[a]]))
-#define PTR(a) (n[layout.attidx[a]] ? (Datum) 0 : v[layout.attidx[a]])
-		r.first_seen_at = TS(A_FIRST_SEEN_AT);
-		r.last_attempt_at = TS(A_LAST_ATTEMPT_AT);
-		r.lease_expires_at = TS(A_LEASE_EXPIRES_AT);
-		r.completed_at = TS(A_COMPLETED_AT);
-		r.expires_at = TS(A_EXPIRES_AT);
-		r.sweep_at = TS(A_SWEEP_AT);
-		r.result = n[layout.attidx[A_RESULT]] ? NULL : DatumGetJsonbP(v[layout.attidx[A_RESULT]]);
-		r.target_ref = PTR(A_TARGET_REF);
-		r.error = PTR(A_ERROR);
-		r.attempt_base = DatumGetInt32(v[layout.attidx[A_ATTEMPT_BASE]]);
-#undef TS
-#undef PTR
+		/* what the probe's statement does not read either (PLAN_OP_PROBE_BATCH) */
+		cn[COL_RUN_ID] = cn[COL_PARAMS] = true;
+		op_row_from_values(cv, cn, &r);
 		found(TextDatumGetCString(v[layout.attidx[A_KEY]]), &r, in_flux, arg);
 	}
 	index_endscan(scan);

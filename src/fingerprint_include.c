@@ -31,7 +31,8 @@
  * Limits as for fingerprint_ignore: at most IDEMPO_IGNORE_MAX_PATHS paths of
  * at most IDEMPO_IGNORE_MAX_PATH_BYTES bytes.  A NULL element, an empty path
  * and a path that breaks the grammar are refused with 22023; check_scope()
- * refuses the same for scopes.
+ * refuses the same for scopes.  The checks that do not depend on the
+ * grammar are the ignore list's own (idempo_path_list(), fingerprint_rules.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -46,78 +47,43 @@
 
 PG_FUNCTION_INFO_V1(idempo_fingerprint_rules);
 
+/* the tree of the paths: IdempoPathNode (idempo.h), shared by both lists */
 struct IdempoInclude
 {
-	char	   *key;			/* the (unescaped) key this node is reached by; NULL: root or [*] */
-	int			keylen;
-	bool		terminal;		/* a path ends here: the value counts whole */
-	int			nkeys;
-	struct IdempoInclude **keys;	/* the object members paths continue in */
-	struct IdempoInclude *each;	/* [*]: every element of an array */
+	IdempoPathNode root;
 };
 
-static IdempoInclude *
-node_key(const IdempoInclude *n, const char *key, int len)
-{
-	int			i;
-
-	for (i = 0; i < n->nkeys; i++)
-		if (n->keys[i]->keylen == len && memcmp(n->keys[i]->key, key, len) == 0)
-			return n->keys[i];
-	return NULL;
-}
-
-static IdempoInclude *
-node_add_key(MemoryContext cxt, IdempoInclude *n, const char *key, int len)
-{
-	IdempoInclude *c = node_key(n, key, len);
-
-	if (c != NULL)
-		return c;
-	c = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
-	c->key = MemoryContextAlloc(cxt, len + 1);
-	memcpy(c->key, key, len);
-	c->key[len] = '\0';
-	c->keylen = len;
-	if (n->nkeys == 0)
-		n->keys = MemoryContextAlloc(cxt, sizeof(IdempoInclude *) * 4);
-	else if ((n->nkeys & (n->nkeys - 1)) == 0 && n->nkeys >= 4)
-		n->keys = repalloc(n->keys, sizeof(IdempoInclude *) * n->nkeys * 2);
-	n->keys[n->nkeys++] = c;
-	return c;
-}
-
-static IdempoInclude *
-node_add_each(MemoryContext cxt, IdempoInclude *n)
+static IdempoPathNode *
+node_add_each(MemoryContext cxt, IdempoPathNode *n)
 {
 	if (n->each == NULL)
-		n->each = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
+		n->each = MemoryContextAllocZero(cxt, sizeof(IdempoPathNode));
 	return n->each;
 }
 
 #define INCLUDE_GRAMMAR_HINT \
 	"A path is object keys separated by dots, each optionally followed by [*] for every element of an array, e.g. 'order', 'customer.id', 'items[*].sku'; a backslash takes the next character literally ('a\\.b' is the key \"a.b\")."
 
+static const IdempoPathList include_list = {
+	"include",
+	"Pass e.g. ARRAY['order', 'items[*].sku'].",
+	"Name the fields that identify the request; a path that ends on an object counts all of it.",
+	INCLUDE_GRAMMAR_HINT
+};
+
+/* Refuses a path that breaks the grammar. */
 static void
-refuse_path(const char *scope, int index, const char *what, const char *hint)
+refuse_grammar(const char *scope, int index, const char *what)
 {
-	if (scope != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fingerprint_include of scope \"%s\": path %d %s", scope, index, what),
-				 errhint("%s", hint)));
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("fingerprint include path %d %s", index, what),
-			 errhint("%s", hint)));
+	idempo_path_refuse(&include_list, scope, index, what, INCLUDE_GRAMMAR_HINT);
 }
 
 /* Adds one path (p, len bytes) below root; refuses it if it breaks the grammar. */
 static void
-compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, const char *scope,
+compile_path(MemoryContext cxt, IdempoPathNode *root, const char *p, int len, const char *scope,
 			 int index)
 {
-	IdempoInclude *node = root;
+	IdempoPathNode *node = root;
 	char	   *key = palloc(len + 1);
 	int			pos = 0;
 
@@ -131,33 +97,28 @@ compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, con
 			if (p[pos] == '\\')
 			{
 				if (++pos == len)
-					refuse_path(scope, index, psprintf("(\"%s\") ends in a lone backslash", pnstrdup(p, len)),
-								INCLUDE_GRAMMAR_HINT);
+					refuse_grammar(scope, index, psprintf("(\"%s\") ends in a lone backslash", pnstrdup(p, len)));
 			}
 			key[keylen++] = p[pos++];
 		}
 		if (keylen == 0)
-			refuse_path(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1),
-						INCLUDE_GRAMMAR_HINT);
-		node = node_add_key(cxt, node, key, keylen);
+			refuse_grammar(scope, index, psprintf("(\"%s\") has an empty key at byte %d", pnstrdup(p, len), pos + 1));
+		node = idempo_path_add_key(cxt, node, key, keylen);
 		/* any number of [*] */
 		while (pos < len && p[pos] == '[')
 		{
 			if (len - pos < 3 || p[pos + 1] != '*' || p[pos + 2] != ']')
-				refuse_path(scope, index, psprintf("(\"%s\") has '[' at byte %d that does not start [*]", pnstrdup(p, len), pos + 1),
-							INCLUDE_GRAMMAR_HINT);
+				refuse_grammar(scope, index, psprintf("(\"%s\") has '[' at byte %d that does not start [*]", pnstrdup(p, len), pos + 1));
 			node = node_add_each(cxt, node);
 			pos += 3;
 		}
 		if (pos == len)
 			break;
 		if (p[pos] != '.')
-			refuse_path(scope, index, psprintf("(\"%s\") has no dot after [*] at byte %d", pnstrdup(p, len), pos + 1),
-						INCLUDE_GRAMMAR_HINT);
+			refuse_grammar(scope, index, psprintf("(\"%s\") has no dot after [*] at byte %d", pnstrdup(p, len), pos + 1));
 		pos++;
 		if (pos == len)
-			refuse_path(scope, index, psprintf("(\"%s\") ends in a dot", pnstrdup(p, len)),
-						INCLUDE_GRAMMAR_HINT);
+			refuse_grammar(scope, index, psprintf("(\"%s\") ends in a dot", pnstrdup(p, len)));
 	}
 	node->terminal = true;
 	pfree(key);
@@ -171,54 +132,26 @@ compile_path(MemoryContext cxt, IdempoInclude *root, const char *p, int len, con
 IdempoInclude *
 idempo_include_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 {
-	Datum	   *elems;
-	bool	   *nulls;
+	text	  **texts;
 	int			n;
 	int			i;
 	IdempoInclude *root;
 
 	if (paths == NULL)
 		return NULL;
-	if (ARR_NDIM(paths) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_include of scope \"%s\" must be a one-dimensional array", scope)
-				 : errmsg("fingerprint include paths must be a one-dimensional array"),
-				 errhint("Pass e.g. ARRAY['order', 'items[*].sku'].")));
-	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = idempo_path_list(paths, &include_list, scope, &texts);
 	if (n == 0)
 		return NULL;
-	if (n > IDEMPO_IGNORE_MAX_PATHS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_include of scope \"%s\" has %d paths, the limit is %d",
-								scope, n, IDEMPO_IGNORE_MAX_PATHS)
-				 : errmsg("%d fingerprint include paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
-				 errhint("Name the fields that identify the request; a path that ends on an object counts all of it.")));
 
 	root = MemoryContextAllocZero(cxt, sizeof(IdempoInclude));
 	for (i = 0; i < n; i++)
-	{
-		text	   *t;
-		int			len;
-
-		if (nulls[i])
-			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
-		t = DatumGetTextPP(elems[i]);
-		len = VARSIZE_ANY_EXHDR(t);
-		if (len == 0)
-			refuse_path(scope, i + 1, "is empty", INCLUDE_GRAMMAR_HINT);
-		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
-			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
-						"Use a shorter path.");
-		compile_path(cxt, root, VARDATA_ANY(t), len, scope, i + 1);
-	}
+		compile_path(cxt, &root->root, VARDATA_ANY(texts[i]), VARSIZE_ANY_EXHDR(texts[i]), scope, i + 1);
 	return root;
 }
 
 /* Whether the projection of v (a scalar, or a container as jbvBinary) below node finds anything. */
 static bool
-finds(JsonbValue *v, const IdempoInclude *node)
+finds(JsonbValue *v, const IdempoPathNode *node)
 {
 	check_stack_depth();
 	if (node->terminal)
@@ -245,7 +178,7 @@ finds(JsonbValue *v, const IdempoInclude *node)
 
 /* Pushes the projection of v below node, which finds something (finds()). */
 static void
-push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoInclude *node)
+push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoPathNode *node)
 {
 	JsonbIterator *it;
 	JsonbValue	x;
@@ -279,7 +212,7 @@ push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, cons
 	}
 	while ((tok = JsonbIteratorNext(&it, &x, true)) != WJB_DONE)
 	{
-		const IdempoInclude *child;
+		const IdempoPathNode *child;
 		JsonbValue	key;
 
 		switch (tok)
@@ -290,7 +223,7 @@ push_projection(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, cons
 				break;
 			case WJB_KEY:
 				key = x;
-				child = node_key(node, key.val.string.val, key.val.string.len);
+				child = idempo_path_key(node, key.val.string.val, key.val.string.len);
 				tok = JsonbIteratorNext(&it, &x, true);
 				if (tok != WJB_VALUE)
 					elog(ERROR, "unexpected jsonb iterator token %d after a key", (int) tok);
@@ -319,8 +252,8 @@ idempo_include_apply(Jsonb *jb, const IdempoInclude *include)
 	root.type = jbvBinary;
 	root.val.binary.data = &jb->root;
 	root.val.binary.len = VARSIZE(jb) - VARHDRSZ;
-	if (finds(&root, include))
-		push_projection(&state, WJB_VALUE, &root, include);
+	if (finds(&root, &include->root))
+		push_projection(&state, WJB_VALUE, &root, &include->root);
 	else
 	{
 		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);

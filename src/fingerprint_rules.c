@@ -16,7 +16,9 @@
  * Limits, so that no input can exhaust memory or the stack: at most
  * IDEMPO_IGNORE_MAX_PATHS paths of at most IDEMPO_IGNORE_MAX_PATH_BYTES
  * bytes each.  Bad lists (NULL elements, empty paths or segments) are
- * refused with 22023; check_scope() refuses the same for scopes.
+ * refused with 22023; check_scope() refuses the same for scopes.  The
+ * checks of a list that do not depend on the grammar of a path are
+ * idempo_path_list(), which fingerprint_include.c's lists go through too.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,71 +33,121 @@
 
 PG_FUNCTION_INFO_V1(idempo_fingerprint_ignoring);
 
+/* the tree of the paths: IdempoPathNode (idempo.h), shared by both lists */
 struct IdempoIgnore
 {
-	char	   *segment;		/* NULL at the root */
-	int			seglen;
-	bool		terminal;		/* this path ends here: the field is left out */
-	int			nchildren;
-	struct IdempoIgnore **children;
+	IdempoPathNode root;
 };
 
-static IdempoIgnore *
-node_new(MemoryContext cxt, const char *seg, int len)
-{
-	IdempoIgnore *n = MemoryContextAllocZero(cxt, sizeof(IdempoIgnore));
-
-	if (seg != NULL)
-	{
-		n->segment = MemoryContextAlloc(cxt, len + 1);
-		memcpy(n->segment, seg, len);
-		n->segment[len] = '\0';
-		n->seglen = len;
-	}
-	return n;
-}
-
-static IdempoIgnore *
-node_child(const IdempoIgnore *n, const char *seg, int len)
+/* The child of n reached by key (len bytes), or NULL. */
+IdempoPathNode *
+idempo_path_key(const IdempoPathNode *n, const char *key, int len)
 {
 	int			i;
 
-	for (i = 0; i < n->nchildren; i++)
-		if (n->children[i]->seglen == len && memcmp(n->children[i]->segment, seg, len) == 0)
-			return n->children[i];
+	for (i = 0; i < n->nkeys; i++)
+		if (n->keys[i]->keylen == len && memcmp(n->keys[i]->key, key, len) == 0)
+			return n->keys[i];
 	return NULL;
 }
 
-static IdempoIgnore *
-node_add_child(MemoryContext cxt, IdempoIgnore *n, const char *seg, int len)
+/* The child of n reached by key, added (in cxt) if there is none yet. */
+IdempoPathNode *
+idempo_path_add_key(MemoryContext cxt, IdempoPathNode *n, const char *key, int len)
 {
-	IdempoIgnore *c = node_child(n, seg, len);
+	IdempoPathNode *c = idempo_path_key(n, key, len);
 
 	if (c != NULL)
 		return c;
-	c = node_new(cxt, seg, len);
-	if (n->nchildren == 0)
-		n->children = MemoryContextAlloc(cxt, sizeof(IdempoIgnore *) * 4);
-	else if ((n->nchildren & (n->nchildren - 1)) == 0 && n->nchildren >= 4)
-		n->children = repalloc(n->children, sizeof(IdempoIgnore *) * n->nchildren * 2);
-	n->children[n->nchildren++] = c;
+	c = MemoryContextAllocZero(cxt, sizeof(IdempoPathNode));
+	c->key = MemoryContextAlloc(cxt, len + 1);
+	memcpy(c->key, key, len);
+	c->key[len] = '\0';
+	c->keylen = len;
+	if (n->nkeys == 0)
+		n->keys = MemoryContextAlloc(cxt, sizeof(IdempoPathNode *) * 4);
+	else if ((n->nkeys & (n->nkeys - 1)) == 0 && n->nkeys >= 4)
+		n->keys = repalloc(n->keys, sizeof(IdempoPathNode *) * n->nkeys * 2);
+	n->keys[n->nkeys++] = c;
 	return c;
 }
 
-/* Refuses a bad ignore list: for a scope (naming it) or for idempo.fingerprint(). */
-static void
-refuse_path(const char *scope, int index, const char *what, const char *hint)
+/* Refuses one path of a list: for a scope (naming it) or for idempo.fingerprint(). */
+void
+idempo_path_refuse(const IdempoPathList *list, const char *scope, int index, const char *what,
+				   const char *hint)
 {
 	if (scope != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fingerprint_ignore of scope \"%s\": path %d %s", scope, index, what),
+				 errmsg("fingerprint_%s of scope \"%s\": path %d %s", list->rule, scope, index, what),
 				 errhint("%s", hint)));
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("fingerprint ignore path %d %s", index, what),
+			 errmsg("fingerprint %s path %d %s", list->rule, index, what),
 			 errhint("%s", hint)));
 }
+
+/*
+ * The paths of a list (fingerprint_ignore or fingerprint_include), each
+ * checked against what both lists refuse: several dimensions, more than
+ * IDEMPO_IGNORE_MAX_PATHS paths, a NULL, an empty path, a path over
+ * IDEMPO_IGNORE_MAX_PATH_BYTES.  The grammar of a path is the caller's.
+ * Returns the number of paths (0: none), *paths_out the paths.  scope names
+ * the scope in errors (NULL: the caller is idempo.fingerprint()).
+ */
+int
+idempo_path_list(ArrayType *paths, const IdempoPathList *list, const char *scope,
+				 text ***paths_out)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+	text	  **out;
+
+	if (ARR_NDIM(paths) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_%s of scope \"%s\" must be a one-dimensional array",
+								list->rule, scope)
+				 : errmsg("fingerprint %s paths must be a one-dimensional array", list->rule),
+				 errhint("%s", list->example)));
+	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n > IDEMPO_IGNORE_MAX_PATHS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 scope ? errmsg("fingerprint_%s of scope \"%s\" has %d paths, the limit is %d",
+								list->rule, scope, n, IDEMPO_IGNORE_MAX_PATHS)
+				 : errmsg("%d fingerprint %s paths given, the limit is %d",
+						  n, list->rule, IDEMPO_IGNORE_MAX_PATHS),
+				 errhint("%s", list->many_hint)));
+	out = palloc(sizeof(text *) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		int			len;
+
+		if (nulls[i])
+			idempo_path_refuse(list, scope, i + 1, "is NULL", "Remove the NULL element.");
+		out[i] = DatumGetTextPP(elems[i]);
+		len = VARSIZE_ANY_EXHDR(out[i]);
+		if (len == 0)
+			idempo_path_refuse(list, scope, i + 1, "is empty", list->empty_hint);
+		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
+			idempo_path_refuse(list, scope, i + 1,
+							   psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
+							   "Use a shorter path.");
+	}
+	*paths_out = out;
+	return n;
+}
+
+static const IdempoPathList ignore_list = {
+	"ignore",
+	"Pass e.g. ARRAY['delivered_at', 'meta.trace_id'].",
+	"Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.",
+	"A path names a field, e.g. 'delivered_at' or 'meta.trace_id'."
+};
 
 /*
  * Compiles a text[] of paths into a tree allocated in cxt; NULL when the
@@ -105,59 +157,35 @@ refuse_path(const char *scope, int index, const char *what, const char *hint)
 IdempoIgnore *
 idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 {
-	Datum	   *elems;
-	bool	   *nulls;
+	text	  **texts;
 	int			n;
 	int			i;
 	IdempoIgnore *root;
 
 	if (paths == NULL)
 		return NULL;
-	if (ARR_NDIM(paths) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_ignore of scope \"%s\" must be a one-dimensional array", scope)
-				 : errmsg("fingerprint ignore paths must be a one-dimensional array"),
-				 errhint("Pass e.g. ARRAY['delivered_at', 'meta.trace_id'].")));
-	deconstruct_array(paths, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	n = idempo_path_list(paths, &ignore_list, scope, &texts);
 	if (n == 0)
 		return NULL;
-	if (n > IDEMPO_IGNORE_MAX_PATHS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 scope ? errmsg("fingerprint_ignore of scope \"%s\" has %d paths, the limit is %d",
-								scope, n, IDEMPO_IGNORE_MAX_PATHS)
-				 : errmsg("%d fingerprint ignore paths given, the limit is %d", n, IDEMPO_IGNORE_MAX_PATHS),
-				 errhint("Name the few volatile fields (delivery times, attempt counters, trace ids); leave the object that holds many of them out as one path.")));
 
-	root = node_new(cxt, NULL, 0);
+	root = MemoryContextAllocZero(cxt, sizeof(IdempoIgnore));
 	for (i = 0; i < n; i++)
 	{
-		text	   *t;
-		const char *p;
-		int			len;
+		const char *p = VARDATA_ANY(texts[i]);
+		int			len = VARSIZE_ANY_EXHDR(texts[i]);
 		int			start = 0;
 		int			pos;
-		IdempoIgnore *node = root;
+		IdempoPathNode *node = &root->root;
 
-		if (nulls[i])
-			refuse_path(scope, i + 1, "is NULL", "Remove the NULL element.");
-		t = DatumGetTextPP(elems[i]);
-		p = VARDATA_ANY(t);
-		len = VARSIZE_ANY_EXHDR(t);
-		if (len == 0)
-			refuse_path(scope, i + 1, "is empty", "A path names a field, e.g. 'delivered_at' or 'meta.trace_id'.");
-		if (len > IDEMPO_IGNORE_MAX_PATH_BYTES)
-			refuse_path(scope, i + 1, psprintf("is %d bytes long, the limit is %d", len, IDEMPO_IGNORE_MAX_PATH_BYTES),
-						"Use a shorter path.");
 		for (pos = 0; pos <= len; pos++)
 		{
 			if (pos < len && p[pos] != '.')
 				continue;
 			if (pos == start)
-				refuse_path(scope, i + 1, psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
-							"Separate object keys with single dots, without a dot at either end.");
-			node = node_add_child(cxt, node, p + start, pos - start);
+				idempo_path_refuse(&ignore_list, scope, i + 1,
+								   psprintf("(\"%s\") has an empty segment", pnstrdup(p, len)),
+								   "Separate object keys with single dots, without a dot at either end.");
+			node = idempo_path_add_key(cxt, node, p + start, pos - start);
 			start = pos + 1;
 		}
 		node->terminal = true;
@@ -165,13 +193,13 @@ idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope)
 	return root;
 }
 
-static void push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node);
+static void push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoPathNode *node);
 
 /* Pushes one value (a scalar or a container given as jbvBinary), pruned below node if an object. */
 static void
-push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoIgnore *node)
+push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const IdempoPathNode *node)
 {
-	if (node != NULL && node->nchildren > 0 && v->type == jbvBinary &&
+	if (node != NULL && node->nkeys > 0 && v->type == jbvBinary &&
 		JsonContainerIsObject(v->val.binary.data))
 		push_pruned_object(state, v->val.binary.data, node);
 	else
@@ -183,12 +211,12 @@ push_value(JsonbInState *state, JsonbIteratorToken seq, JsonbValue *v, const Ide
  * ones they continue in (closing the outermost sets state->result).
  */
 static void
-push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore *node)
+push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoPathNode *node)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
-	const IdempoIgnore *child = NULL;
+	const IdempoPathNode *child = NULL;
 	bool		skip = false;
 
 	check_stack_depth();
@@ -205,7 +233,7 @@ push_pruned_object(JsonbInState *state, JsonbContainer *obj, const IdempoIgnore 
 				pushJsonbValue(state, WJB_END_OBJECT, NULL);
 				break;
 			case WJB_KEY:
-				child = node_child(node, v.val.string.val, v.val.string.len);
+				child = idempo_path_key(node, v.val.string.val, v.val.string.len);
 				skip = child != NULL && child->terminal;
 				if (!skip)
 					pushJsonbValue(state, WJB_KEY, &v);
@@ -229,7 +257,7 @@ idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore)
 	if (ignore == NULL || !JB_ROOT_IS_OBJECT(jb))
 		return jb;
 	memset(&state, 0, sizeof(state));
-	push_pruned_object(&state, &jb->root, ignore);
+	push_pruned_object(&state, &jb->root, &ignore->root);
 	if (state.result == NULL)
 		elog(ERROR, "pruning a jsonb object returned nothing");
 	return JsonbValueToJsonb(state.result);

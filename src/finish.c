@@ -37,17 +37,6 @@ typedef struct FinishArgs
 	ItemPointerData tid;		/* where this transaction wrote the attempt's record, if known */
 } FinishArgs;
 
-/* The operation does not exist (never claimed, or its finished record expired). */
-static void
-refuse_missing(const FinishArgs *f, const char *verb)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no such operation",
-					verb, f->key, f->scope->name),
-			 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
-}
-
 /* Which attempt the call finishes: the one given, or the one this transaction acquired. */
 static void
 resolve_attempt(FunctionCallInfo fcinfo, int argno, FinishArgs *f, const char *verb)
@@ -59,18 +48,9 @@ resolve_attempt(FunctionCallInfo fcinfo, int argno, FinishArgs *f, const char *v
 
 	if (PG_ARGISNULL(argno))
 	{
-		OpRow		r;
-
-		/* say the real cause: a key nobody claimed has no attempt to name either */
-		if (!have && !op_row_read(f->scope->name, f->key, &r, OP_READ_PLAIN))
-			refuse_missing(f, verb);
 		if (!have)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("cannot %s key \"%s\" in scope \"%s\": this transaction acquired no attempt of it",
-							verb, f->key, f->scope->name),
-					 errdetail("The operation is %s, at attempt %d.", idempo_status_names[r.status], r.attempt),
-					 errhint("Pass attempt => the attempt number idempo.claim() returned to the caller that did the work.")));
+			op_row_refuse_not_acquired(verb, f->scope->name, f->key,
+									   "Pass attempt => the attempt number idempo.claim() returned to the caller that did the work.");
 		f->attempt = mine;
 		f->on_commit = on_commit;
 	}
@@ -116,7 +96,7 @@ refuse(const FinishArgs *f, const char *verb)
 	OpRow		r;
 
 	if (!op_row_read(f->scope->name, f->key, &r, OP_READ_PLAIN))
-		refuse_missing(f, verb);
+		op_row_refuse_missing(verb, f->scope->name, f->key);
 	op_row_check_attempt(verb, f->scope->name, f->key, f->attempt, r.attempt);
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -86,20 +86,8 @@ idempo_heartbeat(PG_FUNCTION_ARGS)
 
 		/* as complete(..., attempt => NULL): the attempt this transaction acquired */
 		if (!idempo_txn_lookup(scope->name, key, &attempt, &on_commit, NULL))
-		{
-			if (!op_row_read(scope->name, key, &r, OP_READ_PLAIN))
-				ereport(ERROR,
-						(errcode(ERRCODE_UNDEFINED_OBJECT),
-						 errmsg("cannot heartbeat key \"%s\" in scope \"%s\": there is no such operation",
-								key, scope->name),
-						 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("cannot heartbeat key \"%s\" in scope \"%s\": this transaction acquired no attempt of it",
-							key, scope->name),
-					 errdetail("The operation is %s, at attempt %d.", idempo_status_names[r.status], r.attempt),
-					 errhint("Pass attempt => the attempt number idempo.claim() returned to the caller that does the work.")));
-		}
+			op_row_refuse_not_acquired("heartbeat", scope->name, key,
+									   "Pass attempt => the attempt number idempo.claim() returned to the caller that does the work.");
 	}
 	else
 		attempt = PG_GETARG_INT32(2);
@@ -111,11 +99,7 @@ idempo_heartbeat(PG_FUNCTION_ARGS)
 				 errhint("Extend the lease in a read-write transaction on the primary.")));
 
 	if (!op_row_read(scope->name, key, &r, OP_READ_FOR_UPDATE))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("cannot heartbeat key \"%s\" in scope \"%s\": there is no such operation",
-						key, scope->name),
-				 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
+		op_row_refuse_missing("heartbeat", scope->name, key);
 	/* the clock is read once the row is ours: a lock wait must not make an expired lease look live */
 	now = idempo_now();
 	op_row_check_attempt("heartbeat", scope->name, key, attempt, r.attempt);

@@ -192,6 +192,39 @@ extern void idempo_in_undone_subxact(void (*body) (void *arg), void *arg);
 
 typedef struct IdempoIgnore IdempoIgnore;	/* a compiled list of paths; NULL: none */
 
+/*
+ * A compiled list of paths is a tree of object keys (fingerprint_rules.c,
+ * fingerprint_include.c): a node per key a path goes through, terminal where
+ * one ends; each is include's [*] (every element of an array).
+ */
+typedef struct IdempoPathNode
+{
+	char	   *key;			/* the key this node is reached by; NULL: the root or [*] */
+	int			keylen;
+	bool		terminal;		/* a path ends here */
+	int			nkeys;
+	struct IdempoPathNode **keys;	/* the object members paths continue in */
+	struct IdempoPathNode *each;	/* [*]: every element of an array (include only) */
+} IdempoPathNode;
+
+extern IdempoPathNode *idempo_path_key(const IdempoPathNode *n, const char *key, int len);
+extern IdempoPathNode *idempo_path_add_key(MemoryContext cxt, IdempoPathNode *n, const char *key,
+										   int len);
+
+/* How a list of fingerprint paths is named in its errors (fingerprint_ignore, fingerprint_include). */
+typedef struct IdempoPathList
+{
+	const char *rule;			/* "ignore", "include": fingerprint_<rule>, fingerprint <rule> path */
+	const char *example;		/* the hint for a list of several dimensions */
+	const char *many_hint;		/* for a list over IDEMPO_IGNORE_MAX_PATHS */
+	const char *empty_hint;		/* for an empty path */
+} IdempoPathList;
+
+extern int	idempo_path_list(ArrayType *paths, const IdempoPathList *list, const char *scope,
+							 text ***paths_out);
+extern void idempo_path_refuse(const IdempoPathList *list, const char *scope, int index,
+							   const char *what, const char *hint);
+
 extern IdempoIgnore *idempo_ignore_compile(ArrayType *paths, MemoryContext cxt, const char *scope);
 extern Jsonb *idempo_ignore_apply(Jsonb *jb, const IdempoIgnore *ignore);
 extern void idempo_fingerprint_ignoring_jsonb(Jsonb *jb, const IdempoIgnore *ignore, uint8 *digest_out);
@@ -242,6 +275,7 @@ extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oi
 extern void idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user);
 extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
 extern const IdempoInclude *idempo_scope_include(const IdempoScope *scope);
+extern void idempo_scope_values(const IdempoScope *scope, IdempoScope *out);
 
 /* ---- keys.c: argument checks and the stored form of keys ---- */
 

@@ -22,37 +22,22 @@ op_row_init(OpRow *r)
 	r->sweep_at = DT_NOBEGIN;
 }
 
-static TimestampTz
-get_ts(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col + 1, &isnull);
+#define TS_OR_NOBEGIN(v, n, c) ((n)[c] ? DT_NOBEGIN : DatumGetTimestampTz((v)[c]))
+#define VARLENA_OR_0(v, n, c) ((n)[c] ? (Datum) 0 : (v)[c])
 
-	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
-}
-
-static Datum
-get_varlena(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col + 1, &isnull);
-
-	return isnull ? (Datum) 0 : d;
-}
-
-/* Fills *r from a tuple whose columns OP_COLUMNS start at first_col (1-based). */
+/*
+ * Fills *r from the columns OP_COLUMNS, in OpCol order (the inverse of
+ * op_row_values()).  A column given as NULL that cannot be (status,
+ * attempt, attempt_base) is a caller's mistake; run_id and params given as
+ * NULL are left out (claim_batch's probe does not read them).
+ */
 void
-op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r)
+op_row_from_values(const Datum *v, const bool *n, OpRow *r)
 {
-	int			base = first_col - 1;
-	bool		isnull;
-	Datum		d;
-
 	op_row_init(r);
-	d = SPI_getbinval(tuple, desc, base + COL_FINGERPRINT + 1, &isnull);
-	if (!isnull)
+	if (!n[COL_FINGERPRINT])
 	{
-		bytea	   *fp = DatumGetByteaPP(d);
+		bytea	   *fp = DatumGetByteaPP(v[COL_FINGERPRINT]);
 
 		if (VARSIZE_ANY_EXHDR(fp) == IDEMPO_DIGEST_LEN)
 		{
@@ -60,22 +45,33 @@ op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r)
 			memcpy(r->fingerprint, VARDATA_ANY(fp), IDEMPO_DIGEST_LEN);
 		}
 	}
-	r->status = idempo_status_from_datum(SPI_getbinval(tuple, desc, base + COL_STATUS + 1, &isnull));
-	r->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, base + COL_ATTEMPT + 1, &isnull));
-	r->run_id = get_varlena(tuple, desc, base + COL_RUN_ID);
-	r->first_seen_at = get_ts(tuple, desc, base + COL_FIRST_SEEN_AT);
-	r->last_attempt_at = get_ts(tuple, desc, base + COL_LAST_ATTEMPT_AT);
-	r->lease_expires_at = get_ts(tuple, desc, base + COL_LEASE_EXPIRES_AT);
-	r->completed_at = get_ts(tuple, desc, base + COL_COMPLETED_AT);
-	r->expires_at = get_ts(tuple, desc, base + COL_EXPIRES_AT);
-	r->sweep_at = get_ts(tuple, desc, base + COL_SWEEP_AT);
-	d = get_varlena(tuple, desc, base + COL_RESULT);
-	r->result = d ? DatumGetJsonbP(d) : NULL;
-	r->target_ref = get_varlena(tuple, desc, base + COL_TARGET_REF);
-	r->error = get_varlena(tuple, desc, base + COL_ERROR);
-	d = get_varlena(tuple, desc, base + COL_PARAMS);
-	r->params = d ? DatumGetJsonbP(d) : NULL;
-	r->attempt_base = DatumGetInt32(SPI_getbinval(tuple, desc, base + COL_ATTEMPT_BASE + 1, &isnull));
+	r->status = idempo_status_from_datum(v[COL_STATUS]);
+	r->attempt = DatumGetInt32(v[COL_ATTEMPT]);
+	r->run_id = VARLENA_OR_0(v, n, COL_RUN_ID);
+	r->first_seen_at = TS_OR_NOBEGIN(v, n, COL_FIRST_SEEN_AT);
+	r->last_attempt_at = TS_OR_NOBEGIN(v, n, COL_LAST_ATTEMPT_AT);
+	r->lease_expires_at = TS_OR_NOBEGIN(v, n, COL_LEASE_EXPIRES_AT);
+	r->completed_at = TS_OR_NOBEGIN(v, n, COL_COMPLETED_AT);
+	r->expires_at = TS_OR_NOBEGIN(v, n, COL_EXPIRES_AT);
+	r->sweep_at = TS_OR_NOBEGIN(v, n, COL_SWEEP_AT);
+	r->result = n[COL_RESULT] ? NULL : DatumGetJsonbP(v[COL_RESULT]);
+	r->target_ref = VARLENA_OR_0(v, n, COL_TARGET_REF);
+	r->error = VARLENA_OR_0(v, n, COL_ERROR);
+	r->params = n[COL_PARAMS] ? NULL : DatumGetJsonbP(v[COL_PARAMS]);
+	r->attempt_base = DatumGetInt32(v[COL_ATTEMPT_BASE]);
+}
+
+/* Fills *r from a tuple whose columns OP_COLUMNS start at first_col (1-based). */
+void
+op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r)
+{
+	Datum		v[NUM_OP_COLS];
+	bool		n[NUM_OP_COLS];
+	int			i;
+
+	for (i = 0; i < NUM_OP_COLS; i++)
+		v[i] = SPI_getbinval(tuple, desc, first_col + i, &n[i]);
+	op_row_from_values(v, n, r);
 }
 
 /* Reads the record of (scope, key) into *r; false if there is none (or it is locked, SKIP LOCKED). */
@@ -254,4 +250,40 @@ op_row_check_attempt(const char *verb, const char *scope, const char *key, int32
 				 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no attempt %d, the current one is %d",
 						verb, key, scope, given, current),
 				 errhint("Pass the attempt number idempo.claim() returned.")));
+}
+
+/*
+ * The refusal of a call naming a key that has no record (never claimed, or
+ * its finished record expired): complete, fail, heartbeat.
+ */
+void
+op_row_refuse_missing(const char *verb, const char *scope, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": there is no such operation",
+					verb, key, scope),
+			 errhint("Claim the key first with idempo.claim(); a finished record may also have expired.")));
+}
+
+/*
+ * The refusal of a call given attempt => NULL ("the attempt this
+ * transaction acquired") in a transaction that acquired none of the key,
+ * saying the real cause: a key nobody claimed has no attempt to name
+ * either.  hint: how to name the attempt.
+ */
+void
+op_row_refuse_not_acquired(const char *verb, const char *scope, const char *key,
+						   const char *hint)
+{
+	OpRow		r;
+
+	if (!op_row_read(scope, key, &r, OP_READ_PLAIN))
+		op_row_refuse_missing(verb, scope, key);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s key \"%s\" in scope \"%s\": this transaction acquired no attempt of it",
+					verb, key, scope),
+			 errdetail("The operation is %s, at attempt %d.", idempo_status_names[r.status], r.attempt),
+			 errhint("%s", hint)));
 }

@@ -104,6 +104,7 @@ typedef enum OpReadMode
 
 extern void op_row_init(OpRow *r);
 extern void op_row_values(const OpRow *r, Datum *values, bool *isnull);
+extern void op_row_from_values(const Datum *v, const bool *n, OpRow *r);
 extern void op_row_from_tuple(HeapTuple tuple, TupleDesc desc, int first_col, OpRow *r);
 extern bool op_row_read(const char *scope, const char *key, OpRow *r, OpReadMode mode);
 extern bool op_row_insert(const char *scope, const char *key, const OpRow *r, ItemPointer tid);
@@ -111,6 +112,9 @@ extern void op_row_write(const char *scope, const char *key, const OpRow *r);
 extern void op_row_copy_out(OpRow *r);
 extern void op_row_check_attempt(const char *verb, const char *scope, const char *key,
 								 int32 given, int32 current);
+extern void op_row_refuse_missing(const char *verb, const char *scope, const char *key);
+extern void op_row_refuse_not_acquired(const char *verb, const char *scope, const char *key,
+									   const char *hint);
 
 /* expiry.c */
 typedef enum OpExpiry
@@ -173,6 +177,10 @@ extern void idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, ui
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
 									Datum run_id, const uint8 *fingerprint, Jsonb *params,
 									bool complete_on_commit);
+/* the columns of idempo.claim_result for an answer (claim.c): claim_batch's answers too */
+#define IDEMPO_CLAIM_RESULT_COLS 11
+extern void idempo_claim_result_values(IdempoOutcome outcome, const OpRow *r, int64 conflict_id,
+									   int64 review_id, int natts, Datum *values, bool *nulls);
 typedef enum OpKeyState
 {
 	KEY_QUIET,					/* no other transaction is changing the record */

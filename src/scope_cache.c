@@ -217,6 +217,33 @@ idempo_scope_find(const char *name)
 }
 
 /*
+ * Where a scope's list of fingerprint paths is compiled: a context of its
+ * own under the caller's memory, so that a list that does not compile
+ * leaves nothing half-built in the cache (the error frees it with the
+ * caller's memory); rules_keep() then moves it under the scope's.  NULL
+ * when there is no list (nothing to compile).
+ */
+static MemoryContext
+rules_begin(ArrayType *paths)
+{
+	if (paths == NULL)
+		return NULL;
+	return AllocSetContextCreate(CurrentMemoryContext, "idempo fingerprint rules",
+								 ALLOCSET_SMALL_SIZES);
+}
+
+static void
+rules_keep(IdempoScope *entry, MemoryContext cxt, const void *compiled)
+{
+	if (cxt == NULL)
+		return;
+	if (compiled == NULL)
+		MemoryContextDelete(cxt);	/* an empty list: every field counts */
+	else
+		MemoryContextSetParent(cxt, entry->cxt);
+}
+
+/*
  * The scope's fingerprint_ignore, compiled (NULL: every field counts).  It is
  * compiled when a claim first needs it, not when the scope is loaded: a list
  * that does not compile (written by a direct UPDATE, past check_scope()) then
@@ -230,10 +257,11 @@ idempo_scope_ignore(const IdempoScope *scope)
 
 	if (!entry->fingerprint_ignore_compiled)
 	{
-		/* an error must leave nothing half-built in the cache: check in the caller's memory first */
-		(void) idempo_ignore_compile(entry->fingerprint_ignore_paths, CurrentMemoryContext, entry->name);
-		entry->fingerprint_ignore = idempo_ignore_compile(entry->fingerprint_ignore_paths,
-														  entry->cxt, entry->name);
+		MemoryContext cxt = rules_begin(entry->fingerprint_ignore_paths);
+
+		entry->fingerprint_ignore = idempo_ignore_compile(entry->fingerprint_ignore_paths, cxt,
+														  entry->name);
+		rules_keep(entry, cxt, entry->fingerprint_ignore);
 		entry->fingerprint_ignore_compiled = true;
 	}
 	return entry->fingerprint_ignore;
@@ -247,12 +275,36 @@ idempo_scope_include(const IdempoScope *scope)
 
 	if (!entry->fingerprint_include_compiled)
 	{
-		(void) idempo_include_compile(entry->fingerprint_include_paths, CurrentMemoryContext, entry->name);
-		entry->fingerprint_include = idempo_include_compile(entry->fingerprint_include_paths,
-															entry->cxt, entry->name);
+		MemoryContext cxt = rules_begin(entry->fingerprint_include_paths);
+
+		entry->fingerprint_include = idempo_include_compile(entry->fingerprint_include_paths, cxt,
+															entry->name);
+		rules_keep(entry, cxt, entry->fingerprint_include);
 		entry->fingerprint_include_compiled = true;
 	}
 	return entry->fingerprint_include;
+}
+
+/*
+ * The scope's values, copied into *out for use after the SPI session ends
+ * (claim_batch.c): every pointer into the cache's memory is cleared, and
+ * the fingerprint rules count as compiled to nothing, so that nothing can
+ * reach memory freed by an invalidation.  A new pointer field of
+ * IdempoScope is cleared here.
+ */
+void
+idempo_scope_values(const IdempoScope *scope, IdempoScope *out)
+{
+	*out = *scope;
+	out->fingerprint_ignore_paths = NULL;
+	out->fingerprint_ignore = NULL;
+	out->fingerprint_ignore_compiled = true;
+	out->fingerprint_include_paths = NULL;
+	out->fingerprint_include = NULL;
+	out->fingerprint_include_compiled = true;
+	out->allowed_role_name = NULL;
+	out->owner = NULL;
+	out->cxt = NULL;
 }
 
 /* Like idempo_scope_find(), but an unknown scope is an error. */
