@@ -89,3 +89,25 @@ SET idempo.clock_offset = '4min';
 SELECT idempo.verify('old_unknown', 'k', 1, false);
 RESET idempo.clock_offset;
 SELECT * FROM idempo.check_consistency();
+
+-- A lease written in months: 0.2.0 counted a month as 30 days, 0.3.0 counts it on the calendar;
+-- the update takes the later end.  Claimed January 31: 0.2.0's lease ran to March 2 (the calendar
+-- says February 28); claimed January 15: the calendar says February 15 (0.2.0, February 14).
+SET client_min_messages = warning;
+SET idempo.allow_drop_with_records = on;
+DROP EXTENSION idempo CASCADE;
+RESET idempo.allow_drop_with_records;
+CREATE EXTENSION idempo VERSION '0.2.0';
+RESET client_min_messages;
+SELECT name FROM idempo.create_scope('month_lease', retention => '1 year', lease => '1 month');
+SELECT (idempo.claim('month_lease', k)).outcome FROM unnest('{jan31,jan15}'::text[]) k;
+UPDATE idempo.operations
+   SET status = 'unknown', lease_expires_at = NULL,
+       first_seen_at = CASE key WHEN 'jan31' THEN '2026-01-31 00:00+00' ELSE '2026-01-15 00:00+00' END::timestamptz,
+       last_attempt_at = CASE key WHEN 'jan31' THEN '2026-01-31 00:00+00' ELSE '2026-01-15 00:00+00' END::timestamptz
+ WHERE scope = 'month_lease';
+SET TimeZone = 'America/New_York';
+ALTER EXTENSION idempo UPDATE;
+SET TimeZone = 'UTC';
+SELECT key, last_attempt_at FROM idempo.operations WHERE scope = 'month_lease' ORDER BY key;
+RESET TimeZone;

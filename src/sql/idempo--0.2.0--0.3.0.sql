@@ -909,13 +909,30 @@ REVOKE ALL ON FUNCTION idempo.fail_batch(text, text[], integer[], text[], boolea
 -- though it could send its request until its lease ended: verify(found => false) would free the
 -- key while a request sent late under the lease may still land.  Its lease was the scope's, taken
 -- at the claim (0.2.0 had neither claim(lease =>) nor heartbeat(), and its unknown records hold no
--- verification lease): last_attempt_at becomes that end, added on the UTC calendar as src/clock.c
--- adds it.  Never moved backwards: a record the library of 0.3.0 made unknown while these were
--- still the old objects holds its lease's end already, and only gets a later, safer window.
+-- verification lease): last_attempt_at becomes that end.  0.1.0/0.2.0 measured the lease as a
+-- fixed length (a month 30 days, src/clock.c of 0.2.0) and 0.3.0 on the UTC calendar (src/clock.c
+-- now): the later of the two, so that a lease written in months, which ends up to two days later
+-- as 0.2.0 counted it (January 31 + 1 month), is not cut short.  Never moved backwards: a record
+-- the library of 0.3.0 made unknown while these were still the old objects holds its lease's end
+-- already, and only gets a later, safer window.
+--
+-- Not where idempo.operations is a logical replication subscriber's copy (src/replication.c):
+-- its rows are the publisher's, moved by the publisher's own update and replicated here; moving
+-- them here as well would move them twice if the publisher was updated first.
 UPDATE idempo.operations AS o
    SET last_attempt_at = GREATEST(o.last_attempt_at,
                                   ((o.last_attempt_at AT TIME ZONE 'UTC') OPERATOR(pg_catalog.+) s.lease)
+                                  AT TIME ZONE 'UTC',
+                                  ((o.last_attempt_at AT TIME ZONE 'UTC')
+                                   OPERATOR(pg_catalog.+) (s.lease OPERATOR(pg_catalog.-) l.months)
+                                   OPERATOR(pg_catalog.+) l.months_as_days)
                                   AT TIME ZONE 'UTC')
-  FROM idempo.scopes AS s
+  FROM idempo.scopes AS s,
+       LATERAL (SELECT pg_catalog.make_interval(months => m.n) AS months,
+                       pg_catalog.make_interval(days => 30 OPERATOR(pg_catalog.*) m.n) AS months_as_days
+                FROM (SELECT (pg_catalog.date_part('year', s.lease) OPERATOR(pg_catalog.*) 12
+                              OPERATOR(pg_catalog.+) pg_catalog.date_part('month', s.lease))::integer AS n) AS m) AS l
  WHERE s.name OPERATOR(pg_catalog.=) o.scope
-   AND o.status OPERATOR(pg_catalog.=) 'unknown';
+   AND o.status OPERATOR(pg_catalog.=) 'unknown'
+   AND NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel AS sr
+                   WHERE sr.srrelid OPERATOR(pg_catalog.=) 'idempo.operations'::pg_catalog.regclass);
