@@ -93,6 +93,10 @@ SELECT * FROM idempo.check_consistency();
 -- A lease written in months: 0.2.0 counted a month as 30 days, 0.3.0 counts it on the calendar;
 -- the update takes the later end.  Claimed January 31: 0.2.0's lease ran to March 2 (the calendar
 -- says February 28); claimed January 15: the calendar says February 15 (0.2.0, February 14).
+-- A year is 12 such months for 0.2.0: '1 year 1 mon' from January 31, 2026 ran 390 days, to
+-- February 25, 2027; the calendar says February 28, 2027 (a year counted on the calendar and its
+-- month as 30 days would say March 2).  The session's time zone springs forward on February 8
+-- (a POSIX rule): 30 days added in it, not in UTC, would end an hour early.
 SET client_min_messages = warning;
 SET idempo.allow_drop_with_records = on;
 DROP EXTENSION idempo CASCADE;
@@ -100,14 +104,17 @@ RESET idempo.allow_drop_with_records;
 CREATE EXTENSION idempo VERSION '0.2.0';
 RESET client_min_messages;
 SELECT name FROM idempo.create_scope('month_lease', retention => '1 year', lease => '1 month');
+SELECT name FROM idempo.create_scope('year_lease', retention => '2 years', lease => '1 year 1 month');
 SELECT (idempo.claim('month_lease', k)).outcome FROM unnest('{jan31,jan15}'::text[]) k;
+SELECT (idempo.claim('year_lease', 'jan31')).outcome;
 UPDATE idempo.operations
    SET status = 'unknown', lease_expires_at = NULL,
        first_seen_at = CASE key WHEN 'jan31' THEN '2026-01-31 00:00+00' ELSE '2026-01-15 00:00+00' END::timestamptz,
        last_attempt_at = CASE key WHEN 'jan31' THEN '2026-01-31 00:00+00' ELSE '2026-01-15 00:00+00' END::timestamptz
- WHERE scope = 'month_lease';
-SET TimeZone = 'America/New_York';
+ WHERE scope IN ('month_lease', 'year_lease');
+SET TimeZone = 'XST5XDT,M2.2.0,M11.1.0';
 ALTER EXTENSION idempo UPDATE;
 SET TimeZone = 'UTC';
-SELECT key, last_attempt_at FROM idempo.operations WHERE scope = 'month_lease' ORDER BY key;
+SELECT scope, key, last_attempt_at FROM idempo.operations
+ WHERE scope IN ('month_lease', 'year_lease') ORDER BY scope, key;
 RESET TimeZone;
