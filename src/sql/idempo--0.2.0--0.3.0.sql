@@ -918,7 +918,10 @@ REVOKE ALL ON FUNCTION idempo.fail_batch(text, text[], integer[], text[], boolea
 --
 -- Not where idempo.operations is a logical replication subscriber's copy (src/replication.c):
 -- its rows are the publisher's, moved by the publisher's own update and replicated here; moving
--- them here as well would move them twice if the publisher was updated first.
+-- them here as well would move them twice if the publisher was updated first.  Rows the
+-- publisher's update never reaches keep the claim's time (a window up to a lease early): a
+-- migration target whose old server is retired without the update, or a subscription dropped
+-- before the move arrived.  The update cannot tell, so it says so (the DO block below).
 UPDATE idempo.operations AS o
    SET last_attempt_at = GREATEST(o.last_attempt_at,
                                   ((o.last_attempt_at AT TIME ZONE 'UTC') OPERATOR(pg_catalog.+) s.lease)
@@ -936,3 +939,27 @@ UPDATE idempo.operations AS o
    AND o.status OPERATOR(pg_catalog.=) 'unknown'
    AND NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel AS sr
                    WHERE sr.srrelid OPERATOR(pg_catalog.=) 'idempo.operations'::pg_catalog.regclass);
+
+DO $$
+DECLARE
+    sub name;
+    n bigint;
+BEGIN
+    SELECT su.subname INTO sub
+      FROM pg_catalog.pg_subscription_rel AS sr
+      JOIN pg_catalog.pg_subscription AS su ON su.oid OPERATOR(pg_catalog.=) sr.srsubid
+     WHERE sr.srrelid OPERATOR(pg_catalog.=) 'idempo.operations'::pg_catalog.regclass
+     ORDER BY su.subname LIMIT 1;
+    IF sub IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.count(*) INTO n FROM idempo.operations AS o
+     WHERE o.status OPERATOR(pg_catalog.=) 'unknown';
+    IF n OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'the update left last_attempt_at of % unknown operation% as the publisher sends it: database "%" receives idempo.operations from subscription "%"',
+            n, CASE WHEN n OPERATOR(pg_catalog.=) 1 THEN '' ELSE 's' END, pg_catalog.current_database(), sub
+            USING DETAIL = 'The publisher''s own update to 0.3.0 moves it to the end of the attempt''s lease, where verify()''s settle window now starts, and replicates the move here. A row the publisher''s update never reaches keeps the claim''s time: a window up to a lease too early.',
+                  HINT = 'Update the publisher too, and keep this subscription until the publisher''s update has arrived. A database that stops subscribing first (a migration target whose old server is retired) must move the rows itself: see "Logical replication" in docs/upgrading.md.';
+    END IF;
+END
+$$;

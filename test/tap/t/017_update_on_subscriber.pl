@@ -58,8 +58,16 @@ $pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', $last_attempt), '2026-03-01 12:05:00',
    'the move is replicated to the subscriber');
 
-# Then the subscriber: its copy of the row stays as the publisher has it.
-$sub->safe_psql('postgres', 'ALTER EXTENSION idempo UPDATE');
+# Then the subscriber: its copy of the row stays as the publisher has it, and the update says
+# that it left the unknown operations to the publisher (they would keep the claim's time if the
+# publisher's update never arrived here).
+my ($rc, $out, $err) = (undef, '', '');
+$rc = $sub->psql('postgres', 'ALTER EXTENSION idempo UPDATE', stdout => \$out, stderr => \$err);
+is($rc, 0, 'the subscriber is updated');
+like($err,
+	qr/WARNING:  the update left last_attempt_at of 1 unknown operation as the publisher sends it: database "postgres" receives idempo.operations from subscription "idempo_sub"/,
+	'the subscriber\'s update says it left the unknown operations to the publisher');
+like($err, qr/HINT:  Update the publisher too/, '... and what to do');
 is($sub->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempo'}),
    $pub->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempo'}),
    'the subscriber is updated to the publisher\'s version');
@@ -71,6 +79,48 @@ $pub->safe_psql('postgres', q{SELECT idempo.claim('s', 'after-update')});
 $pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', q{SELECT status FROM idempo.operations WHERE key = 'after-update'}),
    'in_progress', 'records claimed on the updated publisher reach the updated subscriber');
+
+# A migration target: subscribed to a publisher that is never updated (it is retired).  Its update
+# leaves the rows to a publisher's update that never comes; once the subscription is dropped they
+# still hold the claim's time, and the statement of docs/upgrading.md ("Logical replication")
+# moves them.
+$pub->safe_psql('postgres', 'CREATE DATABASE old_primary');
+$pub->safe_psql('old_primary', q{
+CREATE EXTENSION idempo VERSION '0.2.0';
+SELECT idempo.create_scope('s', retention => '1 year', lease => '1 month');
+SELECT idempo.claim('s', 'lost');
+UPDATE idempo.operations
+   SET status = 'unknown', lease_expires_at = NULL,
+       first_seen_at = '2026-01-31 12:00+00', last_attempt_at = '2026-01-31 12:00+00'
+ WHERE scope = 's' AND key = 'lost';
+CREATE PUBLICATION old_pub
+    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
+});
+$sub->safe_psql('postgres', 'CREATE DATABASE target');
+$sub->safe_psql('target', q{CREATE EXTENSION idempo VERSION '0.2.0'});
+my $old_connstr = $pub->connstr . ' dbname=old_primary';
+$sub->safe_psql('target',
+	"CREATE SUBSCRIPTION target_sub CONNECTION '$old_connstr' PUBLICATION old_pub");
+$sub->wait_for_subscription_sync($pub, 'target_sub', 'target');
+$rc = $sub->psql('target', 'ALTER EXTENSION idempo UPDATE', stdout => \$out, stderr => \$err);
+like($err, qr/receives idempo.operations from subscription "target_sub"/,
+	'a migration target updated while subscribed is warned');
+$sub->safe_psql('target', 'DROP SUBSCRIPTION target_sub');
+is($sub->safe_psql('target', $last_attempt), '2026-01-31 12:00:00',
+	'its rows keep the claim\'s time: the publisher never moved them');
+# docs/upgrading.md's statement, as written there
+$sub->safe_psql('target', q{
+UPDATE idempo.operations AS o
+   SET last_attempt_at = GREATEST(
+         ((o.last_attempt_at AT TIME ZONE 'UTC') + s.lease) AT TIME ZONE 'UTC',
+         ((o.last_attempt_at AT TIME ZONE 'UTC') + (s.lease - make_interval(months => m.n))
+          + make_interval(days => 30 * m.n)) AT TIME ZONE 'UTC')
+  FROM idempo.scopes AS s,
+       LATERAL (SELECT (12 * extract(year FROM s.lease) + extract(month FROM s.lease))::int AS n) AS m
+ WHERE s.name = o.scope AND o.status = 'unknown';
+});
+is($sub->safe_psql('target', $last_attempt), '2026-03-02 12:00:00',
+	'the documented statement moves them to the lease\'s end as 0.2.0 counted it (30-day month)');
 
 # A database that is not subscribed (the publisher) is moved by its own update: shown above.
 # One that stops being subscribed is its own again: dropping the subscription and updating
