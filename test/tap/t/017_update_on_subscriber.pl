@@ -3,7 +3,9 @@
 # verify()'s settle window starts in 0.3.0).  On the subscriber those rows are the publisher's:
 # the publisher's own update moves them and its UPDATE is replicated.  Updated first, the
 # publisher's moved rows arrive before the subscriber's own update, which must not move them
-# again (a second lease later than the publisher says).
+# again (a second lease later than the publisher says).  Updated last, the publisher's move
+# arrives after.  Either way the subscriber's update warns: on a migration target whose
+# publisher is never updated, the rows keep the claim's time (docs/upgrading.md).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -58,6 +60,15 @@ $pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', $last_attempt), '2026-03-01 12:05:00',
    'the move is replicated to the subscriber');
 
+# Why docs/upgrading.md says to update the subscriber first: a change to idempo.scopes on the
+# updated publisher stops the subscriber's apply worker (0.3.0's new columns of scopes are missing
+# there) until the subscriber is updated; the claim below reaches it only after its update.
+my $log_offset = -s $sub->logfile;
+$pub->safe_psql('postgres', q{SELECT idempo.create_scope('t', retention => '1 day')});
+$sub->wait_for_log(
+	qr/logical replication target relation "idempo.scopes" is missing replicated columns/, $log_offset);
+pass('a scope change of the updated publisher stops a subscriber still at 0.2.0');
+
 # Then the subscriber: its copy of the row stays as the publisher has it, and the update says
 # that it left the unknown operations to the publisher (they would keep the claim's time if the
 # publisher's update never arrived here).
@@ -79,6 +90,39 @@ $pub->safe_psql('postgres', q{SELECT idempo.claim('s', 'after-update')});
 $pub->wait_for_catchup('idempo_sub');
 is($sub->safe_psql('postgres', q{SELECT status FROM idempo.operations WHERE key = 'after-update'}),
    'in_progress', 'records claimed on the updated publisher reach the updated subscriber');
+is($sub->safe_psql('postgres', q{SELECT string_agg(name, ',' ORDER BY name) FROM idempo.scopes}),
+   's,t', 'the scope change that stopped it arrived too');
+
+# The order docs/upgrading.md recommends, the subscriber first (a subscriber still at 0.2.0 stops
+# applying at the updated publisher's first change to idempo.scopes, whose new columns it lacks):
+# its update leaves the row at the claim's time, the publisher's moves it, once, here too.
+$pub->safe_psql('postgres', 'CREATE DATABASE pub_b');
+$pub->safe_psql('pub_b', q{
+CREATE EXTENSION idempo VERSION '0.2.0';
+SELECT idempo.create_scope('s', retention => '1 day', lease => '5 minutes');
+SELECT idempo.claim('s', 'lost');
+UPDATE idempo.operations
+   SET status = 'unknown', lease_expires_at = NULL,
+       first_seen_at = '2026-03-01 12:00+00', last_attempt_at = '2026-03-01 12:00+00'
+ WHERE scope = 's' AND key = 'lost';
+CREATE PUBLICATION pub_b
+    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
+});
+$sub->safe_psql('postgres', 'CREATE DATABASE sub_b');
+$sub->safe_psql('sub_b', q{CREATE EXTENSION idempo VERSION '0.2.0'});
+my $pub_b_connstr = $pub->connstr . ' dbname=pub_b';
+$sub->safe_psql('sub_b', "CREATE SUBSCRIPTION sub_b CONNECTION '$pub_b_connstr' PUBLICATION pub_b");
+$sub->wait_for_subscription_sync($pub, 'sub_b', 'sub_b');
+$rc = $sub->psql('sub_b', 'ALTER EXTENSION idempo UPDATE', stdout => \$out, stderr => \$err);
+like($err, qr/receives idempo.operations from subscription "sub_b"/,
+	'subscriber first: its update warns');
+is($sub->safe_psql('sub_b', $last_attempt), '2026-03-01 12:00:00',
+	'subscriber first: its update leaves the row at the claim\'s time');
+$pub->safe_psql('pub_b', 'ALTER EXTENSION idempo UPDATE');
+$pub->wait_for_catchup('sub_b');
+is($sub->safe_psql('sub_b', $last_attempt), '2026-03-01 12:05:00',
+	'subscriber first: the publisher\'s update moves it, once');
+$sub->safe_psql('sub_b', 'DROP SUBSCRIPTION sub_b');
 
 # A migration target: subscribed to a publisher that is never updated (it is retired).  Its update
 # leaves the rows to a publisher's update that never comes; once the subscription is dropped they
