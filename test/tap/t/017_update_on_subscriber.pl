@@ -22,9 +22,12 @@ $pub->start;
 
 my $sub = PostgreSQL::Test::Cluster->new('subscriber');
 $sub->init;
+# several subscriptions in turn (each an apply worker, and table sync workers while it starts)
 $sub->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'idempo'
 idempo.worker_enabled = off
+max_worker_processes = 16
+max_logical_replication_workers = 8
 });
 $sub->start;
 
@@ -165,6 +168,27 @@ UPDATE idempo.operations AS o
 });
 is($sub->safe_psql('target', $last_attempt), '2026-03-02 12:00:00',
 	'the documented statement moves them to the lease\'s end as 0.2.0 counted it (30-day month)');
+
+# A database that receives only idempo.scopes writes its own records (src/replication.c): its
+# update moves them, and says nothing.
+$pub->safe_psql('old_primary', 'CREATE PUBLICATION scopes_only FOR TABLE idempo.scopes');
+$sub->safe_psql('postgres', 'CREATE DATABASE own_records');
+$sub->safe_psql('own_records', q{CREATE EXTENSION idempo VERSION '0.2.0'});
+$sub->safe_psql('own_records',
+	"CREATE SUBSCRIPTION scopes_sub CONNECTION '$old_connstr' PUBLICATION scopes_only");
+$sub->wait_for_subscription_sync($pub, 'scopes_sub', 'own_records');
+$sub->safe_psql('own_records', q{
+SELECT idempo.claim('s', 'lost');
+UPDATE idempo.operations
+   SET status = 'unknown', lease_expires_at = NULL,
+       first_seen_at = '2026-01-31 12:00+00', last_attempt_at = '2026-01-31 12:00+00'
+ WHERE scope = 's' AND key = 'lost';
+});
+$rc = $sub->psql('own_records', 'ALTER EXTENSION idempo UPDATE', stdout => \$out, stderr => \$err);
+is($err, '', 'a database that receives only the scopes is updated without a warning');
+is($sub->safe_psql('own_records', $last_attempt), '2026-03-02 12:00:00',
+	'and its own unknown operation is moved to the lease\'s end');
+$sub->safe_psql('own_records', 'DROP SUBSCRIPTION scopes_sub');
 
 # A database that is not subscribed (the publisher) is moved by its own update: shown above.
 # One that stops being subscribed is its own again: dropping the subscription and updating
