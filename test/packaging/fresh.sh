@@ -85,7 +85,11 @@ test_depends() {
 
 # run_test TEST LOG: debian/tests/TEST as autopkgtest runs it: in the source tree with
 # AUTOPKGTEST_TMP set, as root only when its stanza in debian/tests/control has "needs-root",
-# else as an unprivileged user that owns the tree (as autopkgtest makes it)
+# else as an unprivileged user that owns the tree (as autopkgtest makes it).  The throwaway
+# cluster pg_virtualenv makes listens on localhost at the first free port from 5432, and the
+# majors' runs share the host's network: two picking 5432 at the same moment made one fail to
+# bind.  Each major's tests get a port of their own (PGPORT, which pg_virtualenv passes to
+# pg_createcluster).
 run_test() {
   local t=$1 log=$2 tmp=$HERE/tmp/$1 restr
   restr=$(awk -v t="$t" 'BEGIN { RS = ""; FS = "\n" }
@@ -96,11 +100,11 @@ run_test() {
       if (tests == t) print r }' "$HERE/src/debian/tests/control")
   mkdir -p "$tmp"
   if [[ $restr == *needs-root* ]]; then
-    (cd "$HERE/src" && AUTOPKGTEST_TMP=$tmp "debian/tests/$t") >"$log" 2>&1
+    (cd "$HERE/src" && PGPORT=$((64000 + M)) AUTOPKGTEST_TMP=$tmp "debian/tests/$t") >"$log" 2>&1
   else
     id autopkgtest-user >/dev/null 2>&1 || useradd -m autopkgtest-user
     chown -R autopkgtest-user "$HERE/src" "$tmp"
-    (cd "$HERE/src" && runuser -u autopkgtest-user -- env AUTOPKGTEST_TMP="$tmp" "debian/tests/$t") >"$log" 2>&1
+    (cd "$HERE/src" && runuser -u autopkgtest-user -- env PGPORT=$((64000 + M)) AUTOPKGTEST_TMP="$tmp" "debian/tests/$t") >"$log" 2>&1
   fi
 }
 
