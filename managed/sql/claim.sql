@@ -559,8 +559,10 @@ BEGIN
         -- the other session is idempo's owner's, with that role's search_path ("$user", public):
         -- pinned first, or a caller's operator in such a schema (public.*(bigint, interval), an
         -- exact match for the one below, found before pg_catalog's float8 * interval) would run
-        -- there as the owner
-        q := format('SET lock_timeout = ''2s''; SET search_path = pg_catalog, pg_temp; SELECT idempo.managed_record_conflict(%L, %L, decode(%L, ''hex''), decode(%L, ''hex''), %L::jsonb, %L::jsonb, %L, ''epoch''::timestamptz + %s * interval ''1 microsecond'')',
+        -- there as the owner.  And with its synchronous_commit, which a database or role may set
+        -- to off: pinned on (conflicts.c does so), or the id this claim returns could name a row
+        -- a crash then loses, after the caller rolled back
+        q := format('SET lock_timeout = ''2s''; SET synchronous_commit = on; SET search_path = pg_catalog, pg_temp; SELECT idempo.managed_record_conflict(%L, %L, decode(%L, ''hex''), decode(%L, ''hex''), %L::jsonb, %L::jsonb, %L, ''epoch''::timestamptz + %s * interval ''1 microsecond'')',
                     p_scope, p_key, encode(p_stored, 'hex'), encode(p_incoming, 'hex'), p_stored_params,
                     p_incoming_params, p_run_id, (extract(epoch FROM p_at) * 1000000)::bigint);
         BEGIN
