@@ -264,7 +264,7 @@ $$;
 -- no lock, no write).
 CREATE FUNCTION idempo.managed_decide(
     s idempo.scopes, k text, p_now timestamptz, p_fp bytea, p_params jsonb, p_run_id text,
-    p_intent_at timestamptz, p_on_commit boolean, p_mode text,
+    p_intent_at timestamptz, p_on_commit boolean, p_mode text, p_may_hold boolean,
     OUT outcome idempo.outcome, OUT o idempo.operations, OUT review_id bigint,
     OUT from_status idempo.status, OUT record_conflict boolean)
     LANGUAGE plpgsql AS $$
@@ -276,6 +276,7 @@ DECLARE
     lease_over_retry boolean := false;
     n integer;
     expiry text;
+    have_row boolean := false;
 BEGIN
     record_conflict := false;
     -- The key's lock, held to the end of the transaction: what the C edition reads from the
@@ -284,14 +285,32 @@ BEGIN
     -- insert takes a transaction-level advisory lock on the key first (a space of its own:
     -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
     -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
-    IF p_mode = 'wait' THEN
-        PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
-    ELSIF p_mode = 'nowait' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k)) THEN
-        SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
-        outcome := 'busy';
-        RETURN;
+    -- Unless the record is there and this transaction holds it already (it finished, verified or
+    -- resolved the key before claiming it) or can lock it at once: then the record decides, as in
+    -- the C edition, and no key can be inserted beside it.  Waiting for the key's lock there
+    -- deadlocked with the claim that holds it, which waits for the record
+    -- (test/isolation/specs/claim_after_own_finish.spec).  Only a transaction that had written
+    -- before this claim (p_may_hold: it had a transaction id) can hold a record; the others wait
+    -- without reading it first, which under SERIALIZABLE would be a read of the key that a
+    -- release committed meanwhile makes a serialization failure
+    -- (remembered_claim_concurrent.spec under SERIALIZABLE, as the C edition answers).
+    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k)) THEN
+        IF p_may_hold THEN
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE SKIP LOCKED;
+            have_row := FOUND;
+        END IF;
+        IF have_row THEN
+            NULL;
+        ELSIF p_mode = 'wait' THEN
+            PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
+        ELSE
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+            outcome := 'busy';
+            RETURN;
+        END IF;
     END IF;
     FOR try IN 1 .. 3 LOOP
+        EXIT WHEN have_row;
         IF p_mode = 'nowait' THEN
             -- a record someone holds (a complete() or the sweep in flight) is busy, without waiting
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE SKIP LOCKED;
@@ -750,6 +769,9 @@ CREATE FUNCTION idempo.claim(
 #variable_conflict use_column
 DECLARE
     ro boolean := current_setting('transaction_read_only')::boolean;
+    -- whether this transaction had written before this claim, so that it may hold the key's
+    -- record (managed_decide); read before the scope's lock gives it a transaction id
+    may_hold boolean := pg_current_xact_id_if_assigned() IS NOT NULL;
     table_locked boolean := false;
     s idempo.scopes;
     k text;
@@ -846,9 +868,9 @@ BEGIN
     IF decided THEN
         NULL;
     ELSIF ro THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read');
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read', false);
     ELSIF wait THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait');
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait', may_hold);
     ELSE
         IF table_locked THEN
             RAISE EXCEPTION 'could not claim key "%" in scope "%" without waiting', k, s.name
@@ -862,7 +884,7 @@ BEGIN
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);
-            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait');
+            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait', may_hold);
             PERFORM set_config('lock_timeout', old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             d := NULL;
