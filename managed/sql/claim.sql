@@ -276,7 +276,6 @@ DECLARE
     lease_over_retry boolean := false;
     n integer;
     expiry text;
-    have_row boolean := false;
 BEGIN
     record_conflict := false;
     -- The key's lock, held to the end of the transaction: what the C edition reads from the
@@ -285,23 +284,19 @@ BEGIN
     -- insert takes a transaction-level advisory lock on the key first (a space of its own:
     -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
     -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
-    -- Unless the record is there and this transaction holds it already (it finished, verified or
-    -- resolved the key before claiming it) or can lock it at once: then the record decides, as in
-    -- the C edition, and no key can be inserted beside it.  Waiting for the key's lock there
-    -- deadlocked with the claim that holds it, which waits for the record
-    -- (test/isolation/specs/claim_after_own_finish.spec).  Only a transaction that had written
-    -- before this claim (p_may_hold: it had a transaction id) can hold a record; the others wait
-    -- without reading it first, which under SERIALIZABLE would be a read of the key that a
-    -- release committed meanwhile makes a serialization failure
-    -- (remembered_claim_concurrent.spec under SERIALIZABLE, as the C edition answers).
-    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k)) THEN
-        IF p_may_hold THEN
-            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE SKIP LOCKED;
-            have_row := FOUND;
-        END IF;
-        IF have_row THEN
-            NULL;
-        ELSIF p_mode = 'wait' THEN
+    -- Not for a transaction that had written before this claim (p_may_hold: it had a transaction
+    -- id): it may hold the key's record already (it finished, verified or resolved the key, or
+    -- released and so deleted it, before claiming it), and the claim that holds the key's lock
+    -- may be waiting for that record, so waiting for the lock deadlocked (40P01;
+    -- test/isolation/specs/claim_after_own_finish.spec).  Such a claim goes on without the
+    -- key's lock, as the C edition does: the primary key and the record's row lock decide
+    -- (never acquired twice), and a wait => false claim that meets its insertion answers busy
+    -- when its lock_timeout cuts the wait.  The others wait for the lock without reading the
+    -- key first (under SERIALIZABLE such a read would make a release committed meanwhile a
+    -- serialization failure: remembered_claim_concurrent.spec).
+    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k))
+       AND NOT p_may_hold THEN
+        IF p_mode = 'wait' THEN
             PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
         ELSE
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
@@ -310,7 +305,6 @@ BEGIN
         END IF;
     END IF;
     FOR try IN 1 .. 3 LOOP
-        EXIT WHEN have_row;
         IF p_mode = 'nowait' THEN
             -- a record someone holds (a complete() or the sweep in flight) is busy, without waiting
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k FOR UPDATE SKIP LOCKED;
