@@ -264,7 +264,7 @@ $$;
 -- no lock, no write).
 CREATE FUNCTION idempo.managed_decide(
     s idempo.scopes, k text, p_now timestamptz, p_fp bytea, p_params jsonb, p_run_id text,
-    p_intent_at timestamptz, p_on_commit boolean, p_mode text,
+    p_intent_at timestamptz, p_on_commit boolean, p_mode text, p_may_hold boolean,
     OUT outcome idempo.outcome, OUT o idempo.operations, OUT review_id bigint,
     OUT from_status idempo.status, OUT record_conflict boolean)
     LANGUAGE plpgsql AS $$
@@ -284,12 +284,25 @@ BEGIN
     -- insert takes a transaction-level advisory lock on the key first (a space of its own:
     -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
     -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
-    IF p_mode = 'wait' THEN
-        PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
-    ELSIF p_mode = 'nowait' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k)) THEN
-        SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
-        outcome := 'busy';
-        RETURN;
+    -- Not for a transaction that had written before this claim (p_may_hold: it had a transaction
+    -- id): it may hold the key's record already (it finished, verified or resolved the key, or
+    -- released and so deleted it, before claiming it), and the claim that holds the key's lock
+    -- may be waiting for that record, so waiting for the lock deadlocked (40P01;
+    -- test/isolation/specs/claim_after_own_finish.spec).  Such a claim goes on without the
+    -- key's lock, as the C edition does: the primary key and the record's row lock decide
+    -- (never acquired twice), and a wait => false claim that meets its insertion answers busy
+    -- when its lock_timeout cuts the wait.  The others wait for the lock without reading the
+    -- key first (under SERIALIZABLE such a read would make a release committed meanwhile a
+    -- serialization failure: remembered_claim_concurrent.spec).
+    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k))
+       AND NOT p_may_hold THEN
+        IF p_mode = 'wait' THEN
+            PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
+        ELSE
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+            outcome := 'busy';
+            RETURN;
+        END IF;
     END IF;
     FOR try IN 1 .. 3 LOOP
         IF p_mode = 'nowait' THEN
@@ -559,8 +572,10 @@ BEGIN
         -- the other session is idempo's owner's, with that role's search_path ("$user", public):
         -- pinned first, or a caller's operator in such a schema (public.*(bigint, interval), an
         -- exact match for the one below, found before pg_catalog's float8 * interval) would run
-        -- there as the owner
-        q := format('SET lock_timeout = ''2s''; SET search_path = pg_catalog, pg_temp; SELECT idempo.managed_record_conflict(%L, %L, decode(%L, ''hex''), decode(%L, ''hex''), %L::jsonb, %L::jsonb, %L, ''epoch''::timestamptz + %s * interval ''1 microsecond'')',
+        -- there as the owner.  And with its synchronous_commit, which a database or role may set
+        -- to off: pinned on (conflicts.c does so), or the id this claim returns could name a row
+        -- a crash then loses, after the caller rolled back
+        q := format('SET lock_timeout = ''2s''; SET synchronous_commit = on; SET search_path = pg_catalog, pg_temp; SELECT idempo.managed_record_conflict(%L, %L, decode(%L, ''hex''), decode(%L, ''hex''), %L::jsonb, %L::jsonb, %L, ''epoch''::timestamptz + %s * interval ''1 microsecond'')',
                     p_scope, p_key, encode(p_stored, 'hex'), encode(p_incoming, 'hex'), p_stored_params,
                     p_incoming_params, p_run_id, (extract(epoch FROM p_at) * 1000000)::bigint);
         BEGIN
@@ -748,6 +763,9 @@ CREATE FUNCTION idempo.claim(
 #variable_conflict use_column
 DECLARE
     ro boolean := current_setting('transaction_read_only')::boolean;
+    -- whether this transaction had written before this claim, so that it may hold the key's
+    -- record (managed_decide); read before the scope's lock gives it a transaction id
+    may_hold boolean := pg_current_xact_id_if_assigned() IS NOT NULL;
     table_locked boolean := false;
     s idempo.scopes;
     k text;
@@ -844,9 +862,9 @@ BEGIN
     IF decided THEN
         NULL;
     ELSIF ro THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read');
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read', false);
     ELSIF wait THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait');
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait', may_hold);
     ELSE
         IF table_locked THEN
             RAISE EXCEPTION 'could not claim key "%" in scope "%" without waiting', k, s.name
@@ -860,7 +878,7 @@ BEGIN
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);
-            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait');
+            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait', may_hold);
             PERFORM set_config('lock_timeout', old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             d := NULL;

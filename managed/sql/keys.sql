@@ -87,13 +87,18 @@ $$;
 -- call that writes records there locks the scope row FOR SHARE, which raises 40001 if a change
 -- committed since the snapshot was taken: the transaction is retried rather than a record
 -- written under rules that no longer hold (a key stored in clear in a scope that now hashes
--- keys would never be found again).  READ COMMITTED reads the latest already.
+-- keys would never be found again).  READ COMMITTED reads the latest already.  SKIP LOCKED: a
+-- change still in flight (alter_scope, disable_scope in a transaction that has not ended) holds
+-- the row, and then the snapshot's row is the one committed now, which the C edition would read
+-- too; waiting for it made wait => false wait, and deadlocked with an alter_scope that holds the
+-- row while it waits for this transaction's lock on idempo.operations
+-- (test/isolation/specs/scope_change_in_flight_rr.spec).
 CREATE FUNCTION idempo.managed_scope_current(s idempo.scopes) RETURNS void
     LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
        AND NOT current_setting('transaction_read_only')::boolean THEN
-        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE;
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
     END IF;
 END
 $$;
