@@ -71,6 +71,24 @@ async function web(idem: idempo.Idempo<PoolClient>): Promise<void> {
 }
 void web;
 
+// Kysely: the function gets the Kysely transaction, typed with the application's tables.
+import { Kysely, PostgresDialect, CompiledQuery, Generated } from 'kysely';
+interface ShopDb { orders: { id: Generated<number>; customer: string; qty: number } }
+async function viaKysely(): Promise<void> {
+  const db = new Kysely<ShopDb>({ dialect: new PostgresDialect({ pool: new Pool() }) });
+  const idem = new idempo.Idempo(idempo.kysely(db, { CompiledQuery }));
+  const done = await idem.once('shop.orders', 'k', async (trx) => {
+    const row = await trx.insertInto('orders').values({ customer: 'ada', qty: 1 }).returning('id').executeTakeFirstOrThrow();
+    return { id: row.id };
+  });
+  const id: number | undefined = done.result?.id;
+  await db.transaction().execute(async (trx) => {
+    await idem.within(trx).once('shop.orders', 'k2', async (t) => t.insertInto('orders').values({ customer: 'bo', qty: 2 }).execute());
+  });
+  void id;
+}
+void viaKysely;
+
 import { paramsOf, defaultStore } from 'idempo/http';
 const raw: idempo.RawJson = paramsOf({ method: 'POST', path: '/x', contentType: 'application/json', body: { a: 1 } });
 const kept: boolean = defaultStore(404);
