@@ -89,6 +89,31 @@ async function viaKysely(): Promise<void> {
 }
 void viaKysely;
 
+// Prisma: $transaction's client is typed by Prisma as the PrismaClient without its deny list
+// (Prisma.TransactionClient): within(tx) takes it, and the functions get it.  Declared here as
+// Prisma 7's generated client declares it, without running prisma generate.
+type TxDenied = '$connect' | '$disconnect' | '$on' | '$use' | '$extends';
+declare class PrismaLike {
+  order: { create(args: { data: { qty: number } }): Promise<{ id: number; qty: number }> };
+  $connect(): Promise<void>;
+  $disconnect(): Promise<void>;
+  $on(event: string, cb: () => void): void;
+  $use(cb: () => void): void;
+  $extends(x: unknown): this;
+  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T>;
+  $transaction<R>(fn: (tx: Omit<PrismaLike, TxDenied>) => Promise<R>, options?: { timeout?: number }): Promise<R>;
+}
+async function viaPrisma(prisma: PrismaLike): Promise<void> {
+  const idem = new idempo.Idempo(idempo.prisma(prisma, { transaction: { timeout: 10000 } }));
+  const done = await idem.once('shop.orders', 'k', async (tx) => ({ id: (await tx.order.create({ data: { qty: 1 } })).id }));
+  const id: number | undefined = done.result?.id;
+  await prisma.$transaction(async (tx) => {
+    await idem.within(tx).once('shop.orders', 'k2', async (t) => t.order.create({ data: { qty: 2 } }));
+  });
+  void id;
+}
+void viaPrisma;
+
 import { paramsOf, defaultStore } from 'idempo/http';
 const raw: idempo.RawJson = paramsOf({ method: 'POST', path: '/x', contentType: 'application/json', body: { a: 1 } });
 const kept: boolean = defaultStore(404);
