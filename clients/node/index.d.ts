@@ -199,3 +199,5 @@ export declare class UnknownOutcomeError extends OutcomeError {
 }
 export declare const BY_SQLSTATE: Readonly<Record<string, new (...args: any[]) => IdempoError>>;
 export declare function fromDatabaseError(err: unknown, scope?: string, key?: string): unknown;
+/** The SQLSTATE of a driver's error (pg, Knex, Prisma's raw queries with its engine or a driver adapter), if any. */
+export declare function sqlstateOf(err: unknown): string | undefined;

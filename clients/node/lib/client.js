@@ -11,7 +11,7 @@ const errors = require('./errors');
 const adapters = require('./adapters');
 
 const {
-  fromDatabaseError, UnsupportedVersionError, ConflictError, BusyError, InReviewError,
+  fromDatabaseError, sqlstateOf, UnsupportedVersionError, ConflictError, BusyError, InReviewError,
   ExpiredError, UnknownOutcomeError, LeaseLostError, StateError, NotFoundError,
 } = errors;
 
@@ -228,7 +228,7 @@ class Idempo {
       const rows = await this.db.query('SELECT idempo.version()::text AS version', []);
       found = rows[0].version;
     } catch (err) {
-      const code = err.code ?? (err.meta && err.meta.code);
+      const code = sqlstateOf(err);
       if (code === '42883' || code === '3F000') {
         throw new UnsupportedVersionError(
           'this database has no function idempo.version(): idempo is not installed in it, or its SQL objects '
