@@ -32,3 +32,11 @@ try {
 } catch (err) {
   if (err instanceof ConflictError) console.log(err.conflictId);
 }
+
+// the types fastify.d.ts names, imported by name
+import type { IdempoPluginOptions, MiddlewareOptions, IdempotencyContext } from 'idempo/fastify';
+import { answerFor } from 'idempo/fastify';
+const pluginOptions: IdempoPluginOptions = { idem, scope: 'shop.orders', mode: 'lease' };
+const middlewareOptions: MiddlewareOptions = { scope: () => 'shop.orders' };
+const context: IdempotencyContext | null = null;
+console.log(pluginOptions, middlewareOptions, context, answerFor({ outcome: 'busy', leaseLeftMs: 1000 }, {}).status);
