@@ -15,6 +15,7 @@ const idempo = require('..');
 const { newPool, newScope, newKey } = require('./helpers');
 
 const OUT = path.join(__dirname, '.prisma-client');
+const TX = { timeout: 20000 };      // Prisma's default, 5 s, is short on a loaded machine
 
 function sh(args, env = {}) {
   const r = spawnSync(process.execPath, args, { cwd: __dirname, encoding: 'utf8', env: { ...process.env, ...env } });
@@ -32,7 +33,7 @@ before(async () => {
   const { PrismaClient } = require('./.prisma-client/client.js');
   const { PrismaPg } = require('@prisma/adapter-pg');
   prisma = new PrismaClient({ adapter: new PrismaPg({ max: 10 }) });     // libpq's PG* variables
-  idem = new idempo.Idempo(idempo.prisma(prisma, { transaction: { timeout: 20000 } }));
+  idem = new idempo.Idempo(idempo.prisma(prisma, { transaction: TX }));
   outside = new idempo.Idempo(newPool({ max: 1 }));
   await prisma.$executeRawUnsafe('CREATE TABLE IF NOT EXISTS prisma_orders (id serial PRIMARY KEY, k text NOT NULL, qty int NOT NULL)');
 });
@@ -102,7 +103,7 @@ test("within(tx): in the application's prisma.$transaction, the claim commits an
       return 'x';
     });
     throw new Error('the application rolls back');
-  }), /rolls back/);
+  }, TX), /rolls back/);
   assert.equal(await idem.lookup(scope, key), null);
   assert.equal(await ordersOf(key), 0);
   await prisma.$transaction(async (tx) => {
@@ -111,7 +112,7 @@ test("within(tx): in the application's prisma.$transaction, the claim commits an
     const again = await idem.within(tx).once(scope, key, async () => 'z');
     assert.equal(again.replayed, true);
     assert.equal(again.result, 'y');
-  });
+  }, TX);
   assert.equal((await idem.lookup(scope, key)).status, 'succeeded');
   assert.equal(await ordersOf(key), 1);
 });
@@ -152,6 +153,6 @@ test("idempo.prisma(tx) knows $transaction's client for a transaction (Prisma 7'
     await assert.rejects(inTx.callOnce(scope, key, { call: async () => assert.fail('called') }), /outside a transaction/);
     const done = await inTx.once(scope, key, async (t) => { assert.equal(t, tx); return 1; });
     assert.equal(done.result, 1);
-  });
+  }, TX);
   assert.equal((await idem.lookup(scope, key)).status, 'succeeded');
 });
