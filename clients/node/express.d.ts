@@ -30,7 +30,7 @@ export interface MiddlewareOptions<Req = any> {
    *  Set-Cookie, Set-Cookie2, Authorization, Proxy-Authorization, Authentication-Info and
    *  Proxy-Authentication-Info go to the client that made the request but are not replayed. */
   keepHeaders?: string[];
-  /** Which replies are stored (and replayed).  Default: status < 500. */
+  /** Which replies are stored (and replayed).  Default: below 500, but not 400, 408, 409, 415, 422, 425, 429. */
   store?: (status: number) => boolean;
   mode?: 'transaction' | 'lease';
   /** Overrides the scope's lease for each attempt. */

@@ -149,9 +149,12 @@ export interface ChangedField { field: string; stored: Json; incoming: Json; }
 export declare function pg<H extends PgQueryable>(db: H, options?: { inTransaction?: boolean }): Adapter<any>;
 /** A knex instance or transaction (structural: raw() and transaction()). */
 export declare function knex<K extends { raw(sql: string, bindings: unknown[]): any; transaction: any }>(db: K, options?: { inTransaction?: boolean }): Adapter<K>;
+/** What Prisma's interactive transaction hands over: the client without the methods it denies
+ *  there (Prisma.TransactionClient).  The handle of the functions, and what within() takes. */
+export type PrismaTransaction<P> = Omit<P, '$connect' | '$disconnect' | '$on' | '$transaction' | '$use' | '$extends'>;
 /** A PrismaClient or the tx of $transaction (structural: $queryRawUnsafe). */
 export declare function prisma<P extends { $queryRawUnsafe(query: string, ...values: unknown[]): Promise<unknown> }>(
-  db: P, options?: { inTransaction?: boolean; transaction?: { timeout?: number; maxWait?: number; isolationLevel?: string } }): Adapter<P>;
+  db: P, options?: { inTransaction?: boolean; transaction?: { timeout?: number; maxWait?: number; isolationLevel?: string } }): Adapter<PrismaTransaction<P>>;
 /** A Kysely instance or transaction, with Kysely's CompiledQuery class. */
 export declare function kysely<D extends { executeQuery(q: any): Promise<{ rows: any[] }> }>(
   db: D, options: { CompiledQuery: { raw(sql: string, parameters?: readonly unknown[]): any }; inTransaction?: boolean }): Adapter<D>;
@@ -196,3 +199,5 @@ export declare class UnknownOutcomeError extends OutcomeError {
 }
 export declare const BY_SQLSTATE: Readonly<Record<string, new (...args: any[]) => IdempoError>>;
 export declare function fromDatabaseError(err: unknown, scope?: string, key?: string): unknown;
+/** The SQLSTATE of a driver's error (pg, Knex, Prisma's raw queries with its engine or a driver adapter), if any. */
+export declare function sqlstateOf(err: unknown): string | undefined;

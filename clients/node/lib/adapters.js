@@ -92,7 +92,10 @@ function knex(db, { inTransaction = Boolean(db.isTransaction) } = {}) {
 
 // Prisma: the PrismaClient, or the `tx` of prisma.$transaction(async (tx) => ...).
 // options.transaction: passed to $transaction (e.g. {timeout: 10000}; Prisma's default is 5 s).
-function prisma(db, { inTransaction = typeof db.$transaction !== 'function', transaction } = {}) {
+// A tx is told by its missing $connect (denied in an interactive transaction by every Prisma
+// since 4), not by $transaction: Prisma 7's tx has one (nested transactions), and a tx taken for
+// the client would let callOnce commit its claim only with the caller's transaction.
+function prisma(db, { inTransaction = typeof db.$connect !== 'function', transaction } = {}) {
   return {
     kind: 'prisma',
     handle: db,

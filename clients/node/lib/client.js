@@ -11,7 +11,7 @@ const errors = require('./errors');
 const adapters = require('./adapters');
 
 const {
-  fromDatabaseError, UnsupportedVersionError, ConflictError, BusyError, InReviewError,
+  fromDatabaseError, sqlstateOf, UnsupportedVersionError, ConflictError, BusyError, InReviewError,
   ExpiredError, UnknownOutcomeError, LeaseLostError, StateError, NotFoundError,
 } = errors;
 
@@ -163,9 +163,16 @@ function outcomeError(claim, scope, key, extra = {}) {
       return new ConflictError(`${where} was claimed with other parameters (conflict ${claim.conflictId})`,
         claim, { scope, key, changedFields: extra.changedFields });
     case Outcome.BUSY: {
-      const retryAfterMs = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? Math.ceil(claim.leaseLeftMs) : 1000;
-      return new BusyError(`${where} is being processed by another worker (status ${claim.status ?? 'in its transaction'})`,
-        claim, { scope, key, retryAfterMs });
+      const hasLease = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0;
+      const retryAfterMs = hasLease ? Math.ceil(claim.leaseLeftMs) : 1000;
+      // Not "another worker": after a call in doubt the key is held by this caller's own attempt,
+      // which nobody runs any more, until its lease runs out and the next claim looks it up.
+      const message = claim.status === null || claim.status === undefined
+        ? `${where} is being claimed in another transaction that has not committed yet`
+        : `${where} is held by attempt ${claim.attempt ?? '?'} (status ${claim.status}) until its lease runs out`
+          + `${hasLease ? ` in ${Math.ceil(claim.leaseLeftMs / 1000)} s` : ''}: a worker is running it, or its `
+          + 'outcome is in doubt and the next claim after the lease looks it up';
+      return new BusyError(message, claim, { scope, key, retryAfterMs });
     }
     case Outcome.IN_REVIEW:
       return new InReviewError(`${where} is in review: a person decides`, claim, { scope, key });
@@ -228,7 +235,7 @@ class Idempo {
       const rows = await this.db.query('SELECT idempo.version()::text AS version', []);
       found = rows[0].version;
     } catch (err) {
-      const code = err.code ?? (err.meta && err.meta.code);
+      const code = sqlstateOf(err);
       if (code === '42883' || code === '3F000') {
         throw new UnsupportedVersionError(
           'this database has no function idempo.version(): idempo is not installed in it, or its SQL objects '

@@ -53,14 +53,34 @@ const BY_SQLSTATE = {
 // SQLSTATE; anything else (a lost connection, an unrelated SQLSTATE) is returned unchanged.
 function fromDatabaseError(err, scope, key) {
   if (err instanceof IdempoError || err === null || typeof err !== 'object') return err;
-  // pg and Knex put the SQLSTATE in .code; Prisma's raw query errors in .meta.code
-  const code = typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code
-    : (err.meta && typeof err.meta.code === 'string' ? err.meta.code : undefined);
-  const Class = code && BY_SQLSTATE[code];
+  const found = databaseErrorOf(err);
+  const Class = found.code && BY_SQLSTATE[found.code];
   if (!Class) return err;
-  const message = err.meta && err.meta.message ? err.meta.message : err.message;
-  return new Class(message, { code, detail: err.detail, hint: err.hint, cause: err, scope, key });
+  return new Class(found.message, { code: found.code, detail: found.detail, hint: found.hint, cause: err, scope, key });
 }
+
+// Where each driver puts the database's error: pg and Knex on the error itself (.code, .detail,
+// .hint); Prisma's raw queries in .meta, under an error whose own .code is Prisma's P2010 ("raw
+// query failed", which looks like a SQLSTATE): .meta.code with its query engine (Prisma 5, 6),
+// .meta.driverAdapterError.cause with a driver adapter (Prisma 7, @prisma/adapter-pg).
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+function databaseErrorOf(err) {
+  if (err === null || typeof err !== 'object') return {};
+  const meta = err.meta !== null && typeof err.meta === 'object' ? err.meta : null;
+  const cause = meta && meta.driverAdapterError && meta.driverAdapterError.cause;
+  if (cause && typeof cause === 'object') {
+    const code = [cause.originalCode, cause.code].find((c) => typeof c === 'string' && SQLSTATE.test(c));
+    if (code) return { code, message: cause.originalMessage ?? cause.message ?? err.message, detail: cause.detail, hint: cause.hint };
+  }
+  if (meta && typeof meta.code === 'string' && SQLSTATE.test(meta.code)) {
+    return { code: meta.code, message: meta.message ?? err.message, detail: meta.detail, hint: meta.hint };
+  }
+  if (typeof err.code === 'string' && SQLSTATE.test(err.code)) {
+    return { code: err.code, message: err.message, detail: err.detail, hint: err.hint };
+  }
+  return {};
+}
+const sqlstateOf = (err) => databaseErrorOf(err).code;
 
 // --- outcomes the helpers raise ---------------------------------------------------------------
 class OutcomeError extends IdempoError {
@@ -119,5 +139,5 @@ module.exports = {
   StateError, LockNotAvailableError, SerializationError, ReadOnlyError, NotReplicatedError,
   UndefinedFunctionError, FeatureNotSupportedError, DependentObjectsError, UnsupportedVersionError,
   OutcomeError, ConflictError, BusyError, InReviewError, StaleError, ExpiredError, UnknownOutcomeError,
-  LeaseLostError, fromDatabaseError, BY_SQLSTATE,
+  LeaseLostError, fromDatabaseError, BY_SQLSTATE, sqlstateOf,
 };

@@ -14,6 +14,7 @@
 // retryable), so the retry runs afresh.
 const crypto = require('node:crypto');
 const { rawJson, Outcome } = require('./client');
+const { sqlstateOf } = require('./errors');
 
 const MAX_KEY_LENGTH = 255;
 const DEFAULT_TYPE_BASE = 'https://idempo.dev/problems';
@@ -381,7 +382,7 @@ async function beginRequest(idem, options, req, view) {
 // A claim's error that is the client's fault: JSON that JavaScript accepts but jsonb does not
 // (a \u0000 escape, a lone surrogate) -> 400.
 function translate(err, options) {
-  const code = err && (err.code ?? (err.cause && err.cause.code));
+  const code = err && (sqlstateOf(err) ?? sqlstateOf(err.cause));
   if (code === '22P02' || code === '22P05') {
     return new Refusal(problem(400, 'invalid-json', 'The body is not valid JSON', err.message, {}, options.problemTypeBase));
   }

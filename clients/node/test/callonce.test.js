@@ -332,3 +332,17 @@ test('not found inside the settle window: UnknownOutcomeError says when the wind
   assert.match(err.message, new RegExp(`the settle window ends at ${r.ends.toISOString().replace(/\./g, '\\.')}`));
   assert.match(err.message, /call callOnce again with the same key after then/);
 });
+
+test('busy after a call in doubt: the BusyError names the attempt holding the key and when its lease runs out', async () => {
+  const scope = await newScope(pool, 'co.busy-message', "lease => '30 seconds'");
+  const key = newKey();
+  await assert.rejects(payment(scope, key, 300, { fault: 'drop-request' }), idempo.UnknownOutcomeError);
+  // the same worker (or any other) asks again at once: nobody is running it, the attempt is in
+  // doubt until its lease runs out; "being processed by another worker" said otherwise
+  const err = await idem.callOnce(scope, key, { params: { amount: 300 }, call: async () => assert.fail('called') })
+    .catch((e) => e);
+  assert.ok(err instanceof idempo.BusyError, String(err));
+  assert.match(err.message, /^key "[^"]+" in scope "[^"]+" is held by attempt 1 \(status in_progress\) until its lease runs out in (29|30) s: /);
+  assert.match(err.message, /outcome is in doubt/);
+  assert.ok(err.retryAfterMs > 25000, String(err.retryAfterMs));
+});

@@ -92,6 +92,17 @@ test('errors: SQLSTATEs become classes carrying code, hint, scope and key', asyn
     const mapped = idempo.fromDatabaseError(Object.assign(new Error('m'), { code }));
     assert.ok(mapped instanceof Class, code);
   }
+  // Prisma's raw queries: its code P2010 ("raw query failed") on the error, the SQLSTATE in .meta
+  // (its query engine, Prisma 5 and 6) or in .meta.driverAdapterError.cause (a driver adapter, 7)
+  const viaEngine = idempo.fromDatabaseError(Object.assign(new Error('Raw query failed'),
+    { code: 'P2010', meta: { code: '42704', message: 'scope "s" does not exist' } }));
+  assert.ok(viaEngine instanceof idempo.NotFoundError, String(viaEngine));
+  assert.equal(viaEngine.code, '42704');
+  assert.equal(viaEngine.message, 'scope "s" does not exist');
+  const viaAdapter = idempo.fromDatabaseError(Object.assign(new Error('Raw query failed'), { code: 'P2010',
+    meta: { driverAdapterError: { cause: { originalCode: '55000', originalMessage: 'scope "s" is disabled', hint: 'h' } } } }));
+  assert.ok(viaAdapter instanceof idempo.StateError, String(viaAdapter));
+  assert.deepEqual([viaAdapter.code, viaAdapter.message, viaAdapter.hint], ['55000', 'scope "s" is disabled', 'h']);
   const other = Object.assign(new Error('other'), { code: '23505' });
   assert.equal(idempo.fromDatabaseError(other), other);
 });

@@ -4,12 +4,14 @@
 // block whose first line is "// server.js" is started (PORT=0), asked twice with the same
 // Idempotency-Key (the second answer must be the replay), then stopped; every other block runs
 // to its end and must exit 0; a "// a b c" comment at the end of its console.log line is the
-// output it must print.
+// output it must print.  The ```ts block "// src/server.ts" is compiled with the ```jsonc block
+// "// tsconfig.json" (tsc, in a project of ES modules where node_modules/idempo links to this
+// package, as npm install makes it), then started and asked as server.js is.
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
 const crypto = require('node:crypto');
 const { newPool } = require('./helpers');
 const { request } = require('./provider');
@@ -51,9 +53,54 @@ function run(file, env = {}) {
   return { child, output: () => ({ stdout, stderr }) };
 }
 
-test('docs/node.md has js blocks (server.js, ship.js, pay.js)', () => {
+test('docs/node.md has js blocks (server.js, ship.js, pay.js) and the TypeScript server', () => {
   const names = all.filter((b) => b.lang === 'js').map((b) => b.code.split('\n')[0]);
   for (const n of ['// server.js', '// ship.js', '// pay.js']) assert.ok(names.includes(n), `${n} in ${names}`);
+  assert.ok(all.some((b) => b.lang === 'ts' && b.code.startsWith('// src/server.ts\n')), 'a ts block // src/server.ts');
+  assert.ok(all.some((b) => b.lang === 'jsonc' && b.code.startsWith('// tsconfig.json\n')), 'a jsonc block // tsconfig.json');
+});
+
+// Starts a server block's file, asks it as the first section says, stops it.
+async function askServer(file) {
+  const r = run(file, { PORT: '0' });
+  try {
+    const url = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no "listening": ${JSON.stringify(r.output())}`)), 20000);
+      r.child.stdout.on('data', () => {
+        const m = /listening on port (\d+)/.exec(r.output().stdout);
+        if (m) { clearTimeout(timer); resolve(`http://127.0.0.1:${m[1]}`); }
+      });
+      r.child.on('exit', (code) => reject(new Error(`exited ${code}: ${JSON.stringify(r.output())}`)));
+    });
+    const key = crypto.randomUUID();
+    const ask = (body) => request(`${url}/orders`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body,
+    });
+    const first = await ask('{"customer":"ada","sku":"A-7","qty":2}');
+    assert.equal(first.status, 201, first.body);
+    const again = await ask('{"qty":2,"sku":"A-7","customer":"ada"}');
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(again.body, first.body);
+    assert.equal((await ask('{"customer":"ada","sku":"A-7","qty":5}')).status, 422);
+    assert.equal((await request(`${url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 400);
+  } finally {
+    r.child.kill();
+  }
+}
+
+test('docs/node.md src/server.ts compiles with its tsconfig.json (tsc, strict) and runs as an ES module', async () => {
+  const source = all.find((b) => b.lang === 'ts' && b.code.startsWith('// src/server.ts\n'));
+  const tsconfig = all.find((b) => b.lang === 'jsonc' && b.code.startsWith('// tsconfig.json\n'));
+  const dir = path.join(WORK, 'ts');
+  fs.mkdirSync(path.join(dir, 'src'), { recursive: true });
+  fs.mkdirSync(path.join(dir, 'node_modules'), { recursive: true });
+  fs.writeFileSync(path.join(dir, 'package.json'), '{ "type": "module", "private": true }\n');
+  fs.writeFileSync(path.join(dir, 'tsconfig.json'), tsconfig.code);
+  fs.writeFileSync(path.join(dir, 'src', 'server.ts'), source.code);
+  fs.symlinkSync(path.join(__dirname, '..'), path.join(dir, 'node_modules', 'idempo'), 'dir');
+  const tsc = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', dir], { encoding: 'utf8' });
+  assert.equal(tsc.status, 0, tsc.stdout + tsc.stderr);
+  await askServer(path.join(dir, 'dist', 'server.js'));
 });
 
 for (const b of all.filter((x) => x.lang === 'js')) {
@@ -62,30 +109,7 @@ for (const b of all.filter((x) => x.lang === 'js')) {
     const file = path.join(WORK, name);
     fs.writeFileSync(file, b.code);
     if (name === 'server.js') {
-      const r = run(file, { PORT: '0' });
-      try {
-        const url = await new Promise((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`no "listening": ${JSON.stringify(r.output())}`)), 20000);
-          r.child.stdout.on('data', () => {
-            const m = /listening on port (\d+)/.exec(r.output().stdout);
-            if (m) { clearTimeout(timer); resolve(`http://127.0.0.1:${m[1]}`); }
-          });
-          r.child.on('exit', (code) => reject(new Error(`exited ${code}: ${JSON.stringify(r.output())}`)));
-        });
-        const key = crypto.randomUUID();
-        const ask = (body) => request(`${url}/orders`, {
-          method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body,
-        });
-        const first = await ask('{"customer":"ada","sku":"A-7","qty":2}');
-        assert.equal(first.status, 201, first.body);
-        const again = await ask('{"qty":2,"sku":"A-7","customer":"ada"}');
-        assert.equal(again.headers['idempotent-replayed'], 'true');
-        assert.equal(again.body, first.body);
-        assert.equal((await ask('{"customer":"ada","sku":"A-7","qty":5}')).status, 422);
-        assert.equal((await request(`${url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 400);
-      } finally {
-        r.child.kill();
-      }
+      await askServer(file);
       return;
     }
     const r = run(file);

@@ -71,6 +71,49 @@ async function web(idem: idempo.Idempo<PoolClient>): Promise<void> {
 }
 void web;
 
+// Kysely: the function gets the Kysely transaction, typed with the application's tables.
+import { Kysely, PostgresDialect, CompiledQuery, Generated } from 'kysely';
+interface ShopDb { orders: { id: Generated<number>; customer: string; qty: number } }
+async function viaKysely(): Promise<void> {
+  const db = new Kysely<ShopDb>({ dialect: new PostgresDialect({ pool: new Pool() }) });
+  const idem = new idempo.Idempo(idempo.kysely(db, { CompiledQuery }));
+  const done = await idem.once('shop.orders', 'k', async (trx) => {
+    const row = await trx.insertInto('orders').values({ customer: 'ada', qty: 1 }).returning('id').executeTakeFirstOrThrow();
+    return { id: row.id };
+  });
+  const id: number | undefined = done.result?.id;
+  await db.transaction().execute(async (trx) => {
+    await idem.within(trx).once('shop.orders', 'k2', async (t) => t.insertInto('orders').values({ customer: 'bo', qty: 2 }).execute());
+  });
+  void id;
+}
+void viaKysely;
+
+// Prisma: $transaction's client is typed by Prisma as the PrismaClient without its deny list
+// (Prisma.TransactionClient): within(tx) takes it, and the functions get it.  Declared here as
+// Prisma 7's generated client declares it, without running prisma generate.
+type TxDenied = '$connect' | '$disconnect' | '$on' | '$use' | '$extends';
+declare class PrismaLike {
+  order: { create(args: { data: { qty: number } }): Promise<{ id: number; qty: number }> };
+  $connect(): Promise<void>;
+  $disconnect(): Promise<void>;
+  $on(event: string, cb: () => void): void;
+  $use(cb: () => void): void;
+  $extends(x: unknown): this;
+  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T>;
+  $transaction<R>(fn: (tx: Omit<PrismaLike, TxDenied>) => Promise<R>, options?: { timeout?: number }): Promise<R>;
+}
+async function viaPrisma(prisma: PrismaLike): Promise<void> {
+  const idem = new idempo.Idempo(idempo.prisma(prisma, { transaction: { timeout: 10000 } }));
+  const done = await idem.once('shop.orders', 'k', async (tx) => ({ id: (await tx.order.create({ data: { qty: 1 } })).id }));
+  const id: number | undefined = done.result?.id;
+  await prisma.$transaction(async (tx) => {
+    await idem.within(tx).once('shop.orders', 'k2', async (t) => t.order.create({ data: { qty: 2 } }));
+  });
+  void id;
+}
+void viaPrisma;
+
 import { paramsOf, defaultStore } from 'idempo/http';
 const raw: idempo.RawJson = paramsOf({ method: 'POST', path: '/x', contentType: 'application/json', body: { a: 1 } });
 const kept: boolean = defaultStore(404);
