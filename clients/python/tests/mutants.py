@@ -110,6 +110,10 @@ MUTANTS = [
     ('unsettled-says-no-time', 'an empty lookup inside the settle window raises Unknown without saying when the window ends',
      'idempo/_flow.py', "                settle = yield from settle_window_flow(claim)\n", "                pass\n",
      'tests/test_call.py::test_not_found_inside_the_settle_window_says_until_when'),
+    ('reset-taken-as-not-sent', "the example's rule takes a reset connection (a lost reply: charged) for a request never sent",
+     'examples/payment_job.py', 'True if isinstance(err, ConnectionRefusedError) else None',
+     'True if isinstance(err, ConnectionError) else None',
+     'tests/test_payment_job.py::test_the_payment_job[payment_job]'),
 ]
 
 

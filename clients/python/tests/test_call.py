@@ -60,7 +60,7 @@ def test_retryable_rule_and_final_failure(conn, scope, payments):
     p.lose = ['request']
     with pytest.raises(ConnectionError):
         idempo.call_once(conn, s, k, p.charge, record=record_into(k),
-                         retryable=lambda e: isinstance(e, ConnectionError) or (False if isinstance(e, Declined) else None))
+                         retryable=lambda e: isinstance(e, ConnectionRefusedError) or (False if isinstance(e, Declined) else None))
     assert idempo.lookup(conn, s, k).status is Status.RETRYABLE
     done = idempo.call_once(conn, s, k, p.charge, record=record_into(k))
     assert done.succeeded and done.attempt == 2 and payments(k) == 1
