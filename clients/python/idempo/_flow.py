@@ -186,8 +186,20 @@ def version_flow():
     return found
 
 
+def text_names(scope, key):
+    """Scopes and keys are text.  A number or a UUID (an order id often is one) would reach the
+    server as an integer or uuid argument, whose answer ("function idempo.claim(unknown, integer,
+    params => jsonb) does not exist") names neither the key nor the cure: refused here, by name.
+    Not converted: str(1.0) or str(True) is not the key another client would send for them."""
+    for name, value in (('scope', scope), ('key', key)):
+        if not isinstance(value, str):
+            raise TypeError(f'the {name} must be a str, not {type(value).__name__} ({value!r}): idempo\'s '
+                            f"scopes and keys are text (convert with str(), e.g. f'order-{{order_id}}')")
+
+
 def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=None, fingerprint=None, wait=True,
                run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False, fast=False):
+    text_names(scope, key)
     if params_args is None:
         params_args = (to_json(params),)
     sql = claim_sql(params_sql=params_sql, fingerprint=fingerprint is not None, wait=wait, run_id=run_id is not None,
@@ -217,11 +229,19 @@ def refusal_flow(claim: Claim):
 
 
 def status_flow(sql, args):
+    text_names(args[0], args[1])                # (scope, key, ...)
     (status,) = yield Sql(sql, args)
     return _STATUSES[status]
 
 
+def heartbeat_flow(scope, key, attempt, extend):
+    text_names(scope, key)
+    (until,) = yield Sql(HEARTBEAT_SQL, (scope, key, attempt, interval(extend)))
+    return until
+
+
 def lookup_flow(scope, key):
+    text_names(scope, key)
     row = yield Sql(LOOKUP_SQL, (scope, key))
     if row is None:
         return None
@@ -275,6 +295,7 @@ def decide(retryable, honours_key, err) -> Optional[bool]:
 def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, retryable=None,
               honours_key=False, target_ref=None, provider_key=None, lease=None, heartbeat=None,
               extend=None, on_busy='raise', busy_timeout=30.0, run_id=None, intent_at=None, retries=0):
+    text_names(scope, key)
     pkey = provider_key(scope, key) if provider_key else f'{scope}/{key}'
     left = retries
     for _ in range(retries + 5):

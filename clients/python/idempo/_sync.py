@@ -259,10 +259,7 @@ def verify(conn, scope: str, key: str, attempt: int, found: bool, *, target_ref:
 
 def heartbeat(conn, scope: str, key: str, attempt: int, extend=None) -> _dt.datetime:
     """Extends the running attempt's lease; -> the new lease_expires_at."""
-    def flow():
-        (until,) = yield F.Sql(F.HEARTBEAT_SQL, (scope, key, attempt, F.interval(extend)))
-        return until
-    return runner_for(conn).run(flow())
+    return runner_for(conn).run(F.heartbeat_flow(scope, key, attempt, extend))
 
 
 def lookup(conn, scope: str, key: str) -> Optional[Operation]:
