@@ -107,6 +107,12 @@ def to_json(value) -> Optional[str]:
     return None if value is None else _ENCODER.encode(value)
 
 
+def as_stored(text: Optional[str]):
+    """A result as a replay will read it back from its jsonb (a tuple as a list, an int dict key
+    as a str): what the first answer carries too, so that the first call and its retries agree."""
+    return None if text is None else json.loads(text)
+
+
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
               run_id: bool = False, intent_at: bool = False, complete_on_commit: bool = False,
               lease: bool = False, now: bool = False, narrow: bool = False, fast: bool = False) -> str:
@@ -371,7 +377,8 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
     try:
         result = (yield Call(record, (conn, value))) if record else value
         ref = target_ref(value) if target_ref else None
-        status = yield from status_flow(COMPLETE_SQL, (scope, key, attempt, to_json(result), ref))
+        text = to_json(result)
+        status = yield from status_flow(COMPLETE_SQL, (scope, key, attempt, text, ref))
     except InvalidState as refused:
         yield Rollback()
         raise Superseded(f'attempt {attempt} of key "{key}" in scope "{scope}" was superseded while it ran '
@@ -388,7 +395,7 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
             yield from after_error(claim, lambda e: True, True, err)
         raise
     yield Commit()
-    return Done(scope, key, status, attempt, result, ref)
+    return Done(scope, key, status, attempt, as_stored(text), ref)
 
 
 def error_text(err):
@@ -422,8 +429,8 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
         if found is not None:
             result = (yield Call(record, (conn, found))) if record else found
             ref = target_ref(found) if target_ref else None
-            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, True, ref,
-                                                         to_json(result)))
+            text = to_json(result)
+            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, True, ref, text))
         else:
             status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, False, None, None))
             if status is Status.UNKNOWN:
@@ -437,7 +444,7 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
         raise
     yield Commit()
     if found is not None:
-        return Done(claim.scope, claim.key, status, claim.attempt, result, ref, verified=True)
+        return Done(claim.scope, claim.key, status, claim.attempt, as_stored(text), ref, verified=True)
     if status is Status.RETRYABLE:
         return None
     last, settles_at = settle

@@ -349,8 +349,9 @@ class Once:
     def _complete_flow(self, result, target_ref):
         self._owner('complete')
         self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
-        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, F.to_json(self.result),
-                                              self.target_ref))
+        text = F.to_json(self.result)
+        self.result = F.as_stored(text)         # what a replay will read: the first answer agrees with it
+        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, text, self.target_ref))
 
     def _fail_flow(self, error, retryable):
         self._owner('fail')

@@ -117,6 +117,13 @@ MUTANTS = [
      'examples/payment_job.py', 'True if isinstance(err, ConnectionRefusedError) else None',
      'True if isinstance(err, ConnectionError) else None',
      'tests/test_payment_job.py::test_the_payment_job[payment_job]'),
+    ('first-answer-unstored', "once's first answer is the object set, its replay the jsonb read back: a tuple turns into a list on a retry",
+     'idempo/_sync.py', "        self.result = F.as_stored(text)", "        pass",
+     'tests/test_core.py::test_a_result_reads_the_same_the_first_time_and_replayed'),
+    ('call-first-answer-unstored', "call_once's first Done carries record's object, its replay the jsonb read back",
+     'idempo/_flow.py', "    return Done(scope, key, status, attempt, as_stored(text), ref)",
+     "    return Done(scope, key, status, attempt, result, ref)",
+     'tests/test_call.py::test_the_result_reads_the_same_the_first_time_and_replayed'),
 ]
 
 

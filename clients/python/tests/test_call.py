@@ -99,6 +99,26 @@ def test_lost_reply_is_in_doubt_then_found_by_lookup(conn, db, scope, payments):
     assert idempo.call_once(conn, s, k, p.charge).replayed
 
 
+def test_the_result_reads_the_same_the_first_time_and_replayed(conn, scope):
+    # record's value is stored as jsonb: the Done of the first call, of a verify and of a replay
+    # all carry it as a replay reads it back (a tuple as a list, an int key as a str)
+    def record(conn, charge):
+        return {'charge': (charge['id'],), 1: True}
+    s, k, p = scope(lease='5 minutes'), new_key(), Provider()
+    first = idempo.call_once(conn, s, k, p.charge, record=record)
+    again = idempo.call_once(conn, s, k, p.charge, record=record)
+    assert again.replayed and first.result == again.result == {'charge': [p.charges[f'{s}/{k}'][0]], '1': True}
+    k = new_key()
+    p.lose = ['reply']
+    with pytest.raises(TimeoutError):
+        idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record)
+    conn.execute("SET idempo.clock_offset = '6min'")
+    verified = idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record)
+    again = idempo.call_once(conn, s, k, p.charge)
+    conn.execute('RESET idempo.clock_offset')
+    assert verified.verified and verified.result == again.result == {'charge': [p.charges[f'{s}/{k}'][0]], '1': True}
+
+
 def test_lost_request_is_not_found_then_runs_again(conn, scope, payments):
     s, k, p = scope(lease='5 minutes', verify_settle='1 minute'), new_key(), Provider()
     p.lose = ['request']

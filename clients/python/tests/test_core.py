@@ -174,6 +174,29 @@ def test_a_key_that_is_not_text_is_refused_by_name_asyncio(dbname, scope):
     asyncio.run(main())
 
 
+def test_a_result_reads_the_same_the_first_time_and_replayed(conn, scope):
+    # Stored as jsonb, a result replays as JSON reads back: a tuple as a list, an int dict key as
+    # a str.  The first call answered the object itself, so code that worked the first time broke
+    # on a retry, the path a test rarely takes.
+    s, value, stored = scope(), {'ids': (1, 2), 7: 'seven'}, {'ids': [1, 2], '7': 'seven'}
+
+    @idempo.idempotent(s, key='k')
+    def reserve(conn, k):
+        return value
+    k = new_key()
+    answers = []
+    for _ in range(2):
+        with conn.transaction():
+            answers.append(reserve(conn, k))
+    assert answers == [stored, stored]
+    k = new_key()
+    for _ in range(2):
+        with conn.transaction(), idempo.once(conn, s, k) as op:
+            if op.acquired:
+                op.result = value
+        assert op.result == stored
+
+
 def test_replayed_failure(conn, scope):
     s, k = scope(), new_key()
     with conn.transaction(), idempo.once(conn, s, k) as op:
