@@ -413,18 +413,49 @@ def cgi_headers(meta) -> List[Tuple[str, str]]:
     return headers
 
 
+# A path parameter as the frameworks write one: FastAPI/Starlette '{id}', '{id:int}', '{p:path}';
+# Flask and Django '<id>', '<int:id>', '<path:p>'.
+_PARAMETER = re.compile(r'\{(?P<a>[^{}]*)\}|<(?P<b>[^<>]*)>')
+
+
+def _template(path: str) -> Optional['re.Pattern[str]']:
+    """-> the regular expression of a path with parameters (one non-empty segment each; the
+    path converter: the rest, slashes included), None for a plain path."""
+    parts, end = [], 0
+    for m in _PARAMETER.finditer(path):
+        spec = m.group('a') if m.group('a') is not None else m.group('b')
+        whole = spec.split(':', 1)[1 if m.group('a') is not None else 0] if ':' in spec else ''
+        parts.append(re.escape(path[end:m.start()]) + ('.+' if whole == 'path' else '[^/]+'))
+        end = m.end()
+    if not parts:
+        return None
+    return re.compile(''.join(parts) + re.escape(path[end:]))
+
+
 class Routes:
-    """The idempotent endpoints of an app: {path: Route} (the path without its query)."""
+    """The idempotent endpoints of an app: {path: Route} (the path without its query).  A path
+    may name parameters as the framework writes its endpoint ('/orders/{order_id}/refund',
+    '/orders/<int:order_id>/refund'): each matches one segment that is not empty, a path
+    converter ('{p:path}', '<path:p>') the rest.  An exact path wins over a template; templates
+    are tried in the order given."""
 
     def __init__(self, routes: Dict[str, Route]):
         self.routes = dict(routes)
+        self.templates = [(pattern, route) for path, route in self.routes.items()
+                          for pattern in [_template(path)] if pattern is not None]
+        self.methods = {m.upper() for route in self.routes.values() for m in route.methods}
 
     @classmethod
     def of(cls, routes: Union[Dict[str, Route], 'Routes']) -> 'Routes':
         return routes if isinstance(routes, cls) else cls(routes)
 
     def match(self, method: str, path: str) -> Optional[Route]:
-        route = self.routes.get(path.split('?', 1)[0])
+        if method.upper() not in self.methods:      # a GET passes by without a look at the templates
+            return None
+        path = path.split('?', 1)[0]
+        route = self.routes.get(path)
+        if route is None:
+            route = next((r for pattern, r in self.templates if pattern.fullmatch(path)), None)
         if route is None or method.upper() not in route.methods:
             return None
         return route

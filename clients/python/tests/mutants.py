@@ -124,6 +124,10 @@ MUTANTS = [
      'idempo/_flow.py', "    return Done(scope, key, status, attempt, as_stored(text), ref)",
      "    return Done(scope, key, status, attempt, result, ref)",
      'tests/test_call.py::test_the_result_reads_the_same_the_first_time_and_replayed'),
+    ('template-unmatched', "routes={'/orders/{order_id}/refund': ...} is compared as an exact path: the endpoint is silently unprotected",
+     'idempo/http.py', "            route = next((r for pattern, r in self.templates if pattern.fullmatch(path)), None)",
+     "            route = None",
+     'tests/test_http.py::test_a_route_with_path_parameters_is_protected'),
 ]
 
 
