@@ -12,7 +12,9 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
   unknown, in_review, stale, expired     -> 409: a person decides
 
 Which replies are stored (Route.store, default store_default): everything below 500 except the
-statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429).  A reply
+statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
+to this caller (401, 403: a login that had expired, a CSRF check; the caller mended, the same key
+runs).  A reply
 that is not stored leaves no trace: in the one-transaction form the transaction rolls back (the
 handler's writes and the claim with them); in the calls_out form the attempt is failed
 retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
@@ -32,7 +34,7 @@ from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
 MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
 REPLAYED = 'idempotent-replayed'
-NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})
+NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.
 HOP_BY_HOP = frozenset({'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
                         'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', REPLAYED})
@@ -46,7 +48,8 @@ PER_CLIENT = frozenset({'set-cookie', 'set-cookie2', 'authorization', 'proxy-aut
 def store_default(status: int) -> bool:
     """2xx, 3xx and the 4xx a handler decided are stored; 5xx are not (the retry runs again),
     nor the 4xx that say the request was not taken up (bad request, timeout, conflict, wrong
-    media type, validation, too early, too many requests)."""
+    media type, validation, too early, too many requests) or refused to this caller (401, 403:
+    they answer for the caller's credentials, not for the operation)."""
     return status < 500 and status not in NOT_STORED_4XX
 
 

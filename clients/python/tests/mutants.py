@@ -128,6 +128,10 @@ MUTANTS = [
      'idempo/http.py', "            route = next((r for pattern, r in self.templates if pattern.fullmatch(path)), None)",
      "            route = None",
      'tests/test_http.py::test_a_route_with_path_parameters_is_protected'),
+    ('caller-refusal-stored', 'a 401 or 403 is stored: the caller, its credentials mended, gets it back under its key',
+     'idempo/http.py', "NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})",
+     "NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})",
+     'tests/test_http.py::test_a_401_or_403_is_not_stored'),
 ]
 
 

@@ -512,6 +512,32 @@ def test_a_route_with_path_parameters_is_protected(dbname, db, scope):
     assert post('/orders/8/refund', 'r-1') == '422'      # the path is in the fingerprint
 
 
+def test_a_401_or_403_is_not_stored(dbname, db, scope):
+    # They answer for the caller, not the operation: a login that had expired, Django's CSRF
+    # check (inside the middleware, like any view).  Stored, the same request under the same key
+    # got the 403 back for as long as the record was kept, the caller's credentials mended.
+    import io
+    from idempo.http import store_default
+    from idempo.wsgi import IdempotencyMiddleware, connect
+    from idempo.http import Route
+    assert [store_default(status) for status in (401, 403)] == [False, False]
+    assert [store_default(status) for status in (200, 201, 302, 402, 404, 410)] == [True] * 6
+    s, answers = scope(), ['403 Forbidden', '401 Unauthorized', '201 Created']
+
+    def app(environ, start_response):
+        start_response(answers.pop(0), [('content-type', 'text/plain')])
+        return [b'']
+    mw = IdempotencyMiddleware(app, routes={'/orders': Route(s)}, connection=connect(dbname=dbname))
+
+    def post():
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/orders', 'CONTENT_TYPE': 'application/json',
+                   'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': 'login-1'}
+        b''.join(mw(environ, lambda status, headers: got.update(status=status)))
+        return got['status']
+    assert [post(), post(), post(), post()] == ['403 Forbidden', '401 Unauthorized', '201 Created', '201 Created']
+
+
 def test_per_client_headers_are_not_stored_unless_kept():
     # a replay goes to whoever presents the key: a stored Set-Cookie would hand one client's
     # session to another (review)
