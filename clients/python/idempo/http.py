@@ -14,10 +14,9 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
 Which replies are stored (Route.store, default store_default): everything below 500 except the
 statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
 to this caller (401, 403: a login that had expired, a CSRF check; the caller mended, the same key
-runs).  A reply
-that is not stored leaves no trace: in the one-transaction form the transaction rolls back (the
-handler's writes and the claim with them); in the calls_out form the attempt is failed
-retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
+runs).  A reply that is not stored leaves no trace: in the one-transaction form the transaction
+rolls back (the handler's writes and the claim with them); in the calls_out form the attempt is
+failed retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
 """
 from __future__ import annotations
 
@@ -426,9 +425,10 @@ def _template(path: str) -> Optional['re.Pattern[str]']:
     path converter: the rest, slashes included), None for a plain path."""
     parts, end = [], 0
     for m in _PARAMETER.finditer(path):
-        spec = m.group('a') if m.group('a') is not None else m.group('b')
-        whole = spec.split(':', 1)[1 if m.group('a') is not None else 0] if ':' in spec else ''
-        parts.append(re.escape(path[end:m.start()]) + ('.+' if whole == 'path' else '[^/]+'))
+        braces = m.group('a') is not None          # {name:converter}; <converter:name>
+        spec = m.group('a') if braces else m.group('b')
+        converter = spec.split(':', 1)[1 if braces else 0] if ':' in spec else ''
+        parts.append(re.escape(path[end:m.start()]) + ('.+' if converter == 'path' else '[^/]+'))
         end = m.end()
     if not parts:
         return None
