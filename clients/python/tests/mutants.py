@@ -132,6 +132,9 @@ MUTANTS = [
      'idempo/http.py', "NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})",
      "NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})",
      'tests/test_http.py::test_a_401_or_403_is_not_stored'),
+    ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
+     'build_backend.py', "def build_editable(", "def _build_editable(",
+     'tests/test_install.py::test_an_editable_install_runs_the_clone'),
 ]
 
 
