@@ -13,7 +13,7 @@ export declare function bodyOfStored(stored: StoredReply): string | Buffer;
 export declare function headersOfStored(stored: StoredReply): Record<string, string | string[]>;
 export declare function problem(status: number, slug: string, title: string, detail: string,
   headers?: Record<string, string>, typeBase?: string): Answer;
-/** Replies stored by default: below 500, but not 400, 408, 409, 415, 422, 425, 429. */
+/** Replies stored by default: below 500, but not 400, 401, 403, 408, 409, 415, 422, 425, 429. */
 export declare function defaultStore(status: number): boolean;
 export declare const NOT_STORED: ReadonlySet<string>;
 /** Per-client reply headers (set-cookie...): not stored unless options.keepHeaders names them. */

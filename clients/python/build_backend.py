@@ -3,7 +3,9 @@
 pip builds in an isolated environment with only what [build-system] requires installed; this
 backend requires nothing, so no index is asked for setuptools.  It builds a pure-Python wheel of
 the idempo package (and an sdist), with the metadata of pyproject.toml's [project] table, whose
-few fields are read here without a TOML library (tomllib is in Python 3.11 only)."""
+few fields are read here without a TOML library (tomllib is in Python 3.11 only); and, for
+`pip install -e` (PEP 660), a wheel whose .pth puts this directory on sys.path, so that the
+installed idempo is the clone's."""
 import base64
 import hashlib
 import io
@@ -62,7 +64,8 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     return info
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+def _wheel(wheel_directory, files):
+    """-> the name of a wheel of files ((arcname, bytes)...) and the dist-info."""
     p = _project()
     info = f'{NAME}-{p["version"]}.dist-info'
     name = f'{NAME}-{p["version"]}-{TAG}.whl'
@@ -71,14 +74,28 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         def add(arcname, data):
             whl.writestr(arcname, data)
             record.append(f'{arcname},{_digest(data)},{len(data)}')
-        for full, arcname in _sources():
-            add(arcname, open(full, 'rb').read())
+        for arcname, data in files:
+            add(arcname, data)
         add(f'{info}/METADATA', _metadata(p).encode())
         add(f'{info}/WHEEL', f'Wheel-Version: 1.0\nGenerator: idempo build_backend\nRoot-Is-Purelib: true\n'
                              f'Tag: {TAG}\n'.encode())
         record.append(f'{info}/RECORD,,')
         whl.writestr(f'{info}/RECORD', '\n'.join(record) + '\n')
     return name
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, [(arcname, open(full, 'rb').read()) for full, arcname in _sources()])
+
+
+# PEP 660: pip install -e.  The .pth puts this directory on sys.path (its other files, bench.py
+# and this one, become importable too: the price of needing nothing but the standard library).
+get_requires_for_build_editable = get_requires_for_build_wheel
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, [(f'__editable__.{NAME}.pth', (HERE + '\n').encode())])
 
 
 def build_sdist(sdist_directory, config_settings=None):

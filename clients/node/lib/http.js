@@ -9,7 +9,7 @@
 //   missing or malformed key               -> 400, no claim
 //   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
 // Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
-// refuse the request: 400, 408, 409, 415, 422, 425, 429): a reply
+// refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): a reply
 // that is not stored rolls the transaction back (or, with a lease, fails the attempt as
 // retryable), so the retry runs afresh.
 const crypto = require('node:crypto');
@@ -173,8 +173,9 @@ function headersOfStored(stored) {
 }
 
 // The 4xx that say the request was not taken up (bad request, timeout, conflict, media type,
-// validation, too early, too many requests): not stored, like 5xx, so the retry runs again.
-const NOT_STORED_4XX = new Set([400, 408, 409, 415, 422, 425, 429]);
+// validation, too early, too many requests) or was refused to this caller (401, 403: its
+// credentials, not the operation): not stored, like 5xx, so the retry runs again.
+const NOT_STORED_4XX = new Set([400, 401, 403, 408, 409, 415, 422, 425, 429]);
 // Which replies are stored by default: 2xx, 3xx and the 4xx a handler decided (404, 402...).
 const defaultStore = (status) => status < 500 && !NOT_STORED_4XX.has(status);
 

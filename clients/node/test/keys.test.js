@@ -7,7 +7,7 @@ const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { keyOf, Refusal, storedReply } = require('../lib/http');
+const { keyOf, Refusal, storedReply, defaultStore } = require('../lib/http');
 
 test('keys derive as the shared vectors say (tenant and field values escaped, no tenant refused)', () => {
   const file = process.env.IDEMPO_KEY_VECTORS || path.join(__dirname, '..', '..', 'key-vectors.json');
@@ -37,4 +37,10 @@ test('per-client headers (set-cookie...) are not stored unless keepHeaders names
     [['content-type', 'application/json'], ['location', '/orders/1']]);
   assert.deepEqual(storedReply(201, headers, Buffer.from('{}'), ['Set-Cookie']).headers,
     [['content-type', 'application/json'], ['set-cookie', 'sid=1'], ['set-cookie', 'b=2'], ['location', '/orders/1']]);
+});
+
+test('401 and 403 are not stored by default: they answer for the caller, not the operation', () => {
+  // a login that had expired, a CSRF check: stored, the mended caller got them back under its key
+  assert.deepEqual([401, 403].map(defaultStore), [false, false]);
+  assert.deepEqual([200, 201, 302, 402, 404, 410].map(defaultStore), [true, true, true, true, true, true]);
 });

@@ -20,7 +20,7 @@ def pay(conn, provider, request):
     done = idempo.call_once(
         conn, SCOPE, key, lambda reference: provider.charge(reference, request['amount']), params=params,
         lookup=provider.find, record=record, target_ref=lambda charge: charge['id'],
-        retryable=lambda err: False if isinstance(err, Declined) else True if isinstance(err, ConnectionError) else None,
+        retryable=lambda err: False if isinstance(err, Declined) else True if isinstance(err, ConnectionRefusedError) else None,
         on_busy='wait', busy_timeout=60, retries=50)
     return {'declined': done.error} if done.failed else done.result
     # -- dispatch: end

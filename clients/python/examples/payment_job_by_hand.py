@@ -54,11 +54,11 @@ def pay(conn, provider, request):
             conn.execute('SELECT idempo.fail(%s, %s, attempt => %s, error => %s, retryable => false)',
                          [SCOPE, key, attempt, str(err)])
             return {'declined': str(err)}
-        except ConnectionError:
+        except ConnectionRefusedError:        # not ConnectionError: a reset one may have been charged
             conn.execute('SELECT idempo.fail(%s, %s, attempt => %s, error => %s, retryable => true)',
                          [SCOPE, key, attempt, 'request not sent'])
             continue
-        except TimeoutError:
+        except (TimeoutError, ConnectionError):
             continue                          # in doubt: the lease runs out, then unknown -> look it up
         try:
             with conn.transaction():

@@ -107,6 +107,12 @@ def to_json(value) -> Optional[str]:
     return None if value is None else _ENCODER.encode(value)
 
 
+def as_stored(text: Optional[str]):
+    """A result as a replay will read it back from its jsonb (a tuple as a list, an int dict key
+    as a str): what the first answer carries too, so that the first call and its retries agree."""
+    return None if text is None else json.loads(text)
+
+
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
               run_id: bool = False, intent_at: bool = False, complete_on_commit: bool = False,
               lease: bool = False, now: bool = False, narrow: bool = False, fast: bool = False) -> str:
@@ -186,8 +192,20 @@ def version_flow():
     return found
 
 
+def text_names(scope, key):
+    """Scopes and keys are text.  A number or a UUID (an order id often is one) would reach the
+    server as an integer or uuid argument, whose answer ("function idempo.claim(unknown, integer,
+    params => jsonb) does not exist") names neither the key nor the cure: refused here, by name.
+    Not converted: str(1.0) or str(True) is not the key another client would send for them."""
+    for name, value in (('scope', scope), ('key', key)):
+        if not isinstance(value, str):
+            raise TypeError(f'the {name} must be a str, not {type(value).__name__} ({value!r}): idempo\'s '
+                            f"scopes and keys are text (convert with str(), e.g. f'order-{{order_id}}')")
+
+
 def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=None, fingerprint=None, wait=True,
                run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False, fast=False):
+    text_names(scope, key)
     if params_args is None:
         params_args = (to_json(params),)
     sql = claim_sql(params_sql=params_sql, fingerprint=fingerprint is not None, wait=wait, run_id=run_id is not None,
@@ -217,11 +235,19 @@ def refusal_flow(claim: Claim):
 
 
 def status_flow(sql, args):
+    text_names(args[0], args[1])                # (scope, key, ...)
     (status,) = yield Sql(sql, args)
     return _STATUSES[status]
 
 
+def heartbeat_flow(scope, key, attempt, extend):
+    text_names(scope, key)
+    (until,) = yield Sql(HEARTBEAT_SQL, (scope, key, attempt, interval(extend)))
+    return until
+
+
 def lookup_flow(scope, key):
+    text_names(scope, key)
     row = yield Sql(LOOKUP_SQL, (scope, key))
     if row is None:
         return None
@@ -275,6 +301,7 @@ def decide(retryable, honours_key, err) -> Optional[bool]:
 def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, retryable=None,
               honours_key=False, target_ref=None, provider_key=None, lease=None, heartbeat=None,
               extend=None, on_busy='raise', busy_timeout=30.0, run_id=None, intent_at=None, retries=0):
+    text_names(scope, key)
     pkey = provider_key(scope, key) if provider_key else f'{scope}/{key}'
     left = retries
     for _ in range(retries + 5):
@@ -350,7 +377,8 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
     try:
         result = (yield Call(record, (conn, value))) if record else value
         ref = target_ref(value) if target_ref else None
-        status = yield from status_flow(COMPLETE_SQL, (scope, key, attempt, to_json(result), ref))
+        text = to_json(result)
+        status = yield from status_flow(COMPLETE_SQL, (scope, key, attempt, text, ref))
     except InvalidState as refused:
         yield Rollback()
         raise Superseded(f'attempt {attempt} of key "{key}" in scope "{scope}" was superseded while it ran '
@@ -367,7 +395,7 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
             yield from after_error(claim, lambda e: True, True, err)
         raise
     yield Commit()
-    return Done(scope, key, status, attempt, result, ref)
+    return Done(scope, key, status, attempt, as_stored(text), ref)
 
 
 def error_text(err):
@@ -401,8 +429,8 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
         if found is not None:
             result = (yield Call(record, (conn, found))) if record else found
             ref = target_ref(found) if target_ref else None
-            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, True, ref,
-                                                         to_json(result)))
+            text = to_json(result)
+            status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, True, ref, text))
         else:
             status = yield from status_flow(VERIFY_SQL, (claim.scope, claim.key, claim.attempt, False, None, None))
             if status is Status.UNKNOWN:
@@ -416,7 +444,7 @@ def verify_flow(conn, claim, pkey, lookup, record, target_ref):
         raise
     yield Commit()
     if found is not None:
-        return Done(claim.scope, claim.key, status, claim.attempt, result, ref, verified=True)
+        return Done(claim.scope, claim.key, status, claim.attempt, as_stored(text), ref, verified=True)
     if status is Status.RETRYABLE:
         return None
     last, settles_at = settle

@@ -259,10 +259,7 @@ def verify(conn, scope: str, key: str, attempt: int, found: bool, *, target_ref:
 
 def heartbeat(conn, scope: str, key: str, attempt: int, extend=None) -> _dt.datetime:
     """Extends the running attempt's lease; -> the new lease_expires_at."""
-    def flow():
-        (until,) = yield F.Sql(F.HEARTBEAT_SQL, (scope, key, attempt, F.interval(extend)))
-        return until
-    return runner_for(conn).run(flow())
+    return runner_for(conn).run(F.heartbeat_flow(scope, key, attempt, extend))
 
 
 def lookup(conn, scope: str, key: str) -> Optional[Operation]:
@@ -352,8 +349,9 @@ class Once:
     def _complete_flow(self, result, target_ref):
         self._owner('complete')
         self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
-        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, F.to_json(self.result),
-                                              self.target_ref))
+        text = F.to_json(self.result)
+        self.result = F.as_stored(text)         # what a replay will read: the first answer agrees with it
+        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, text, self.target_ref))
 
     def _fail_flow(self, error, retryable):
         self._owner('fail')

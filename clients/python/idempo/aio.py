@@ -178,10 +178,7 @@ async def verify(conn, scope: str, key: str, attempt: int, found: bool, *, targe
 
 
 async def heartbeat(conn, scope: str, key: str, attempt: int, extend=None) -> _dt.datetime:
-    def flow():
-        (until,) = yield F.Sql(F.HEARTBEAT_SQL, (scope, key, attempt, F.interval(extend)))
-        return until
-    return await Runner(conn).run(flow())
+    return await Runner(conn).run(F.heartbeat_flow(scope, key, attempt, extend))
 
 
 async def lookup(conn, scope: str, key: str) -> Optional[Operation]:

@@ -12,10 +12,11 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
   unknown, in_review, stale, expired     -> 409: a person decides
 
 Which replies are stored (Route.store, default store_default): everything below 500 except the
-statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429).  A reply
-that is not stored leaves no trace: in the one-transaction form the transaction rolls back (the
-handler's writes and the claim with them); in the calls_out form the attempt is failed
-retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
+statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
+to this caller (401, 403: a login that had expired, a CSRF check; the caller mended, the same key
+runs).  A reply that is not stored leaves no trace: in the one-transaction form the transaction
+rolls back (the handler's writes and the claim with them); in the calls_out form the attempt is
+failed retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
 MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
 REPLAYED = 'idempotent-replayed'
-NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})
+NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.
 HOP_BY_HOP = frozenset({'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'date', 'server',
                         'upgrade', 'te', 'trailer', 'proxy-authenticate', 'proxy-connection', REPLAYED})
@@ -46,7 +47,8 @@ PER_CLIENT = frozenset({'set-cookie', 'set-cookie2', 'authorization', 'proxy-aut
 def store_default(status: int) -> bool:
     """2xx, 3xx and the 4xx a handler decided are stored; 5xx are not (the retry runs again),
     nor the 4xx that say the request was not taken up (bad request, timeout, conflict, wrong
-    media type, validation, too early, too many requests)."""
+    media type, validation, too early, too many requests) or refused to this caller (401, 403:
+    they answer for the caller's credentials, not for the operation)."""
     return status < 500 and status not in NOT_STORED_4XX
 
 
@@ -413,18 +415,50 @@ def cgi_headers(meta) -> List[Tuple[str, str]]:
     return headers
 
 
+# A path parameter as the frameworks write one: FastAPI/Starlette '{id}', '{id:int}', '{p:path}';
+# Flask and Django '<id>', '<int:id>', '<path:p>'.
+_PARAMETER = re.compile(r'\{(?P<a>[^{}]*)\}|<(?P<b>[^<>]*)>')
+
+
+def _template(path: str) -> Optional['re.Pattern[str]']:
+    """-> the regular expression of a path with parameters (one non-empty segment each; the
+    path converter: the rest, slashes included), None for a plain path."""
+    parts, end = [], 0
+    for m in _PARAMETER.finditer(path):
+        braces = m.group('a') is not None          # {name:converter}; <converter:name>
+        spec = m.group('a') if braces else m.group('b')
+        converter = spec.split(':', 1)[1 if braces else 0] if ':' in spec else ''
+        parts.append(re.escape(path[end:m.start()]) + ('.+' if converter == 'path' else '[^/]+'))
+        end = m.end()
+    if not parts:
+        return None
+    return re.compile(''.join(parts) + re.escape(path[end:]))
+
+
 class Routes:
-    """The idempotent endpoints of an app: {path: Route} (the path without its query)."""
+    """The idempotent endpoints of an app: {path: Route} (the path without its query).  A path
+    may name parameters as the framework writes its endpoint ('/orders/{order_id}/refund',
+    '/orders/<int:order_id>/refund'): each matches one segment that is not empty, a path
+    converter ('{p:path}', '<path:p>') the rest.  An exact path wins over a template; templates
+    are tried in the order given."""
 
     def __init__(self, routes: Dict[str, Route]):
         self.routes = dict(routes)
+        self.templates = [(pattern, route) for path, route in self.routes.items()
+                          for pattern in [_template(path)] if pattern is not None]
+        self.methods = {m.upper() for route in self.routes.values() for m in route.methods}
 
     @classmethod
     def of(cls, routes: Union[Dict[str, Route], 'Routes']) -> 'Routes':
         return routes if isinstance(routes, cls) else cls(routes)
 
     def match(self, method: str, path: str) -> Optional[Route]:
-        route = self.routes.get(path.split('?', 1)[0])
+        if method.upper() not in self.methods:      # a GET passes by without a look at the templates
+            return None
+        path = path.split('?', 1)[0]
+        route = self.routes.get(path)
+        if route is None:
+            route = next((r for pattern, r in self.templates if pattern.fullmatch(path)), None)
         if route is None or method.upper() not in route.methods:
             return None
         return route

@@ -2,6 +2,7 @@
 (PGHOST, PGPORT, PGUSER), with idempo created in it.  With IDEMPO_TEST_SHIM=1 the stand-ins of
 tests/shim.sql are added where the server's idempo lacks a function (for development against
 a server older than the library; test/run never sets it)."""
+import http.client
 import os
 import threading
 import uuid
@@ -67,8 +68,11 @@ def new_key():
 class FakeProvider:
     """A stand-in payment provider that does NOT deduplicate: every call that gets through
     charges.  A subclass's fate(reference, *args) decides each call: None (charged, answered),
-    'request' (lost on the way: nothing charged, ConnectionError) or 'reply' (charged, the answer
-    lost on the way back: TimeoutError); .lost counts the two."""
+    'request' (never sent: nothing charged, ConnectionRefusedError, as a client whose connect()
+    was refused sees it), 'reply' (charged, the answer lost on the way back: TimeoutError) or
+    'reset' (charged, the connection closed before the answer: http.client's RemoteDisconnected,
+    which is a ConnectionResetError and so a ConnectionError: a rule that takes every
+    ConnectionError for "not sent" charges twice); .lost counts requests and replies."""
 
     def __init__(self):
         self.charges = {}              # reference -> [charge ids]
@@ -83,12 +87,15 @@ class FakeProvider:
             lose = self.fate(reference, *args)
             if lose == 'request':
                 self.lost['request'] += 1
-                raise ConnectionError('request lost on the way')
+                raise ConnectionRefusedError('connection refused: the request was not sent')
             charge = f'ch_{uuid.uuid4().hex[:16]}'
             self.charges.setdefault(reference, []).append(charge)
             if lose == 'reply':
                 self.lost['reply'] += 1
                 raise TimeoutError('reply lost on the way back')
+            if lose == 'reset':
+                self.lost['reply'] += 1
+                raise http.client.RemoteDisconnected('Remote end closed connection without response')
             return {'id': charge}
 
     def find(self, reference):

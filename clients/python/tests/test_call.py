@@ -60,7 +60,7 @@ def test_retryable_rule_and_final_failure(conn, scope, payments):
     p.lose = ['request']
     with pytest.raises(ConnectionError):
         idempo.call_once(conn, s, k, p.charge, record=record_into(k),
-                         retryable=lambda e: isinstance(e, ConnectionError) or (False if isinstance(e, Declined) else None))
+                         retryable=lambda e: isinstance(e, ConnectionRefusedError) or (False if isinstance(e, Declined) else None))
     assert idempo.lookup(conn, s, k).status is Status.RETRYABLE
     done = idempo.call_once(conn, s, k, p.charge, record=record_into(k))
     assert done.succeeded and done.attempt == 2 and payments(k) == 1
@@ -97,6 +97,26 @@ def test_lost_reply_is_in_doubt_then_found_by_lookup(conn, db, scope, payments):
     assert done.result == {'charge': p.charges[f'{s}/{k}'][0]}
     assert len(p.charges[f'{s}/{k}']) == 1 and payments(k) == 1
     assert idempo.call_once(conn, s, k, p.charge).replayed
+
+
+def test_the_result_reads_the_same_the_first_time_and_replayed(conn, scope):
+    # record's value is stored as jsonb: the Done of the first call, of a verify and of a replay
+    # all carry it as a replay reads it back (a tuple as a list, an int key as a str)
+    def record(conn, charge):
+        return {'charge': (charge['id'],), 1: True}
+    s, k, p = scope(lease='5 minutes'), new_key(), Provider()
+    first = idempo.call_once(conn, s, k, p.charge, record=record)
+    again = idempo.call_once(conn, s, k, p.charge, record=record)
+    assert again.replayed and first.result == again.result == {'charge': [p.charges[f'{s}/{k}'][0]], '1': True}
+    k = new_key()
+    p.lose = ['reply']
+    with pytest.raises(TimeoutError):
+        idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record)
+    conn.execute("SET idempo.clock_offset = '6min'")
+    verified = idempo.call_once(conn, s, k, p.charge, lookup=p.find, record=record)
+    again = idempo.call_once(conn, s, k, p.charge)
+    conn.execute('RESET idempo.clock_offset')
+    assert verified.verified and verified.result == again.result == {'charge': [p.charges[f'{s}/{k}'][0]], '1': True}
 
 
 def test_lost_request_is_not_found_then_runs_again(conn, scope, payments):

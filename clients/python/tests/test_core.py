@@ -3,6 +3,7 @@ the version check, psycopg 3 and psycopg2."""
 import os
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -123,6 +124,77 @@ def test_once_needs_a_transaction(conn, scope):
     with pytest.raises(idempo.NoTransaction):
         with idempo.once(conn, scope(), new_key()):
             pass
+
+
+@pytest.mark.parametrize('key', [1001, uuid.UUID('8e03978e-40d5-43e8-bc93-6894a57f9324'), b'order-1001', None])
+def test_a_key_that_is_not_text_is_refused_by_name(conn, scope, key):
+    # an order id is often an int or a UUID; the server's answer to one ("function
+    # idempo.claim(unknown, integer, params => jsonb) does not exist", UndefinedFunction) names
+    # neither the key nor the cure
+    s = scope()
+    calls = [lambda: idempo.claim(conn, s, key), lambda: idempo.once(conn, s, key).__enter__(),
+             lambda: idempo.lookup(conn, s, key), lambda: idempo.complete(conn, s, key),
+             lambda: idempo.fail(conn, s, key), lambda: idempo.verify(conn, s, key, 1, True),
+             lambda: idempo.heartbeat(conn, s, key, 1)]
+    for call in calls:
+        with conn.transaction():
+            with pytest.raises(TypeError, match=r'key must be a str, not .*str\(') as caught:
+                call()
+        assert type(key).__name__ in str(caught.value)
+    with pytest.raises(TypeError, match='key must be a str'):
+        idempo.call_once(conn, s, key, lambda reference: None)
+    with pytest.raises(TypeError, match='scope must be a str'):
+        with conn.transaction():
+            idempo.claim(conn, None, 'order-1001')
+
+    @idempo.idempotent(s, key='order_id')
+    def reserve(conn, order_id):
+        return 'reserved'
+    with pytest.raises(TypeError, match='key must be a str'):
+        with conn.transaction():
+            reserve(conn, key)
+
+
+def test_a_key_that_is_not_text_is_refused_by_name_asyncio(dbname, scope):
+    import asyncio
+    import idempo.aio
+    s = scope()
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
+            for call in (lambda: idempo.aio.claim(conn, s, 1001), lambda: idempo.aio.lookup(conn, s, 1001)):
+                with pytest.raises(TypeError, match='key must be a str, not int'):
+                    async with conn.transaction():
+                        await call()
+            with pytest.raises(TypeError, match='key must be a str, not int'):
+                await idempo.aio.call_once(conn, s, 1001, lambda reference: None)
+            with pytest.raises(TypeError, match='key must be a str, not int'):
+                async with conn.transaction(), idempo.aio.once(conn, s, 1001):
+                    pass
+    asyncio.run(main())
+
+
+def test_a_result_reads_the_same_the_first_time_and_replayed(conn, scope):
+    # Stored as jsonb, a result replays as JSON reads back: a tuple as a list, an int dict key as
+    # a str.  The first call answered the object itself, so code that worked the first time broke
+    # on a retry, the path a test rarely takes.
+    s, value, stored = scope(), {'ids': (1, 2), 7: 'seven'}, {'ids': [1, 2], '7': 'seven'}
+
+    @idempo.idempotent(s, key='k')
+    def reserve(conn, k):
+        return value
+    k = new_key()
+    answers = []
+    for _ in range(2):
+        with conn.transaction():
+            answers.append(reserve(conn, k))
+    assert answers == [stored, stored]
+    k = new_key()
+    for _ in range(2):
+        with conn.transaction(), idempo.once(conn, s, k) as op:
+            if op.acquired:
+                op.result = value
+        assert op.result == stored
 
 
 def test_replayed_failure(conn, scope):

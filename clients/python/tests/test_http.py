@@ -476,6 +476,68 @@ def test_wsgi_chunked_body_is_read_and_fingerprinted(dbname, db, scope):
     assert post(b'{"qty": 2}')[0].startswith('422')        # another body under the same key
 
 
+def test_a_route_with_path_parameters_is_protected(dbname, db, scope):
+    # routes={'/orders/{order_id}/refund': ...}, written as the framework writes the endpoint,
+    # was compared as an exact path: /orders/7/refund was silently not protected (no key needed,
+    # nothing stored)
+    import io
+    from idempo.http import Route, Routes
+    from idempo.wsgi import IdempotencyMiddleware, connect
+    s = scope()
+    routes = Routes({'/orders/{order_id}/refund': Route(s), '/carts/<int:cart_id>/checkout': Route(s),
+                     '/files/{name:path}': Route(s), '/orders': Route(s)})
+    assert routes.match('POST', '/orders/7/refund').scope == s
+    assert routes.match('POST', '/carts/12/checkout?x=1').scope == s
+    assert routes.match('POST', '/files/a/b.txt').scope == s
+    assert routes.match('POST', '/orders').scope == s
+    for path in ('/orders/7', '/orders//refund', '/orders/7/refund/x', '/carts/12/checkout/', '/files/', '/order'):
+        assert routes.match('POST', path) is None, path
+    assert routes.match('GET', '/orders/7/refund') is None
+
+    def app(environ, start_response):
+        start_response('201 Created', [('content-type', 'text/plain')])
+        return [environ['PATH_INFO'].encode()]
+    mw = IdempotencyMiddleware(app, routes=routes, connection=connect(dbname=dbname))
+
+    def post(path, key):
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': path, 'CONTENT_TYPE': 'application/json',
+                   'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'),
+                   **({'HTTP_IDEMPOTENCY_KEY': key} if key else {})}
+        b''.join(mw(environ, lambda status, headers: got.update(status=status)))
+        return got['status'][:3]
+    assert post('/orders/7/refund', None) == '400'
+    assert post('/orders/7/refund', 'r-1') == '201'
+    assert one(db, 'SELECT status::text FROM idempo.lookup(%s, %s)', [s, 'r-1']) == 'succeeded'
+    assert post('/orders/8/refund', 'r-1') == '422'      # the path is in the fingerprint
+
+
+def test_a_401_or_403_is_not_stored(dbname, db, scope):
+    # They answer for the caller, not the operation: a login that had expired, Django's CSRF
+    # check (inside the middleware, like any view).  Stored, the same request under the same key
+    # got the 403 back for as long as the record was kept, the caller's credentials mended.
+    import io
+    from idempo.http import store_default
+    from idempo.wsgi import IdempotencyMiddleware, connect
+    from idempo.http import Route
+    assert [store_default(status) for status in (401, 403)] == [False, False]
+    assert [store_default(status) for status in (200, 201, 302, 402, 404, 410)] == [True] * 6
+    s, answers = scope(), ['403 Forbidden', '401 Unauthorized', '201 Created']
+
+    def app(environ, start_response):
+        start_response(answers.pop(0), [('content-type', 'text/plain')])
+        return [b'']
+    mw = IdempotencyMiddleware(app, routes={'/orders': Route(s)}, connection=connect(dbname=dbname))
+
+    def post():
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/orders', 'CONTENT_TYPE': 'application/json',
+                   'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': 'login-1'}
+        b''.join(mw(environ, lambda status, headers: got.update(status=status)))
+        return got['status']
+    assert [post(), post(), post(), post()] == ['403 Forbidden', '401 Unauthorized', '201 Created', '201 Created']
+
+
 def test_per_client_headers_are_not_stored_unless_kept():
     # a replay goes to whoever presents the key: a stored Set-Cookie would hand one client's
     # session to another (review)

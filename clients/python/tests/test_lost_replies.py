@@ -29,7 +29,8 @@ class Provider(FakeProvider):
 
     def fate(self, key):
         fate = self.random.random()
-        return 'request' if fate < LOSE_REQUEST else 'reply' if fate < LOSE_REQUEST + LOSE_REPLY else None
+        return ('request' if fate < LOSE_REQUEST else 'reply' if fate < LOSE_REQUEST + LOSE_REPLY / 2
+                else 'reset' if fate < LOSE_REQUEST + LOSE_REPLY else None)
 
 
 def test_ten_thousand_requests_no_doubled_charge(dbname, db, scope):
@@ -59,14 +60,14 @@ def test_ten_thousand_requests_no_doubled_charge(dbname, db, scope):
                 try:
                     done = idempo.call_once(conn, s, key, provider.charge, params={'amount': 100},
                                             lookup=provider.find, record=lambda c, v, key=key: record(c, v, key),
-                                            retryable=lambda e: True if isinstance(e, ConnectionError) else None)
+                                            retryable=lambda e: True if isinstance(e, ConnectionRefusedError) else None)
                     what = 'replayed' if done.replayed else 'verified' if done.verified else 'done'
                 except idempo.Busy:
                     what = 'busy'
-                except TimeoutError:
-                    what = 'in_doubt'
-                except ConnectionError:
+                except ConnectionRefusedError:
                     what = 'retryable'
+                except (TimeoutError, ConnectionError):
+                    what = 'in_doubt'
                 except Exception as err:           # anything else is a failure of the test
                     with lock:
                         answers['other'].append(repr(err))
@@ -93,7 +94,7 @@ def test_ten_thousand_requests_no_doubled_charge(dbname, db, scope):
                 try:
                     idempo.call_once(conn, s, key, provider.charge, params={'amount': 100}, lookup=provider.find,
                                      record=lambda c, v, key=key: record(c, v, key),
-                                     retryable=lambda e: True if isinstance(e, ConnectionError) else None)
+                                     retryable=lambda e: True if isinstance(e, ConnectionRefusedError) else None)
                 except (idempo.Busy, idempo.Unknown, TimeoutError, ConnectionError):
                     still.append(key)
             left = still

@@ -35,7 +35,7 @@ class Provider(FakeProvider):
         fate = self.random.random()
         if amount % 97 == 0:
             raise self.declined_cls('card declined')
-        return 'request' if fate < 0.03 else 'reply' if fate < 0.06 else None
+        return 'request' if fate < 0.03 else 'reply' if fate < 0.045 else 'reset' if fate < 0.06 else None
 
 
 @pytest.mark.parametrize('job', ['payment_job_by_hand', 'payment_job'])
