@@ -14,9 +14,12 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
 Which replies are stored (Route.store, default store_default): everything below 500 except the
 statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
 to this caller (401, 403: a login that had expired, a CSRF check; the caller mended, the same key
-runs).  A reply that is not stored leaves no trace: in the one-transaction form the transaction
-rolls back (the handler's writes and the claim with them); in the calls_out form the attempt is
-failed retryable (or, with on_error='doubt', left to its lease).  Either way a retry runs afresh.
+runs).  A reply that is not stored leaves no trace in the one-transaction form: the transaction
+rolls back (the handler's writes and the claim with them), and a retry runs afresh.  In the
+calls_out form the other system may have acted: by default (on_error='doubt') the attempt is left
+to its lease (the key answers 409, then turns unknown: a person or a verifier decides); with
+on_error='retry', for another system that deduplicates by ctx.provider_key, the attempt is failed
+retryable and a retry calls it again.
 """
 from __future__ import annotations
 
@@ -132,8 +135,11 @@ class Route:
     tenant       request -> the client or tenant; keys are unique per tenant
     store        status -> whether the reply is stored (store_default)
     validate     request -> a Reply refusing it before the claim (the key stays unused), or None
-    on_error     calls_out: 'retry' (fail(retryable): the other system honours the key) or
-                 'doubt' (leave the attempt to its lease: unknown, a person or a lookup decides)
+    on_error     calls_out, when the handler raises or its reply is not stored: 'doubt' (the
+                 default: leave the attempt to its lease; the key answers 409, then turns
+                 unknown, and a person or a verifier decides: the other system may have acted,
+                 and a second call could do it twice) or 'retry' (fail(retryable), so the retry
+                 calls again: only for another system that deduplicates by ctx.provider_key)
     lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
     retry_after  seconds in Retry-After of a busy 409
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
@@ -148,7 +154,7 @@ class Route:
     tenant: Optional[Callable[[RequestInfo], Optional[str]]] = None
     store: Callable[[int], bool] = store_default
     validate: Optional[Callable[[RequestInfo], Optional[Reply]]] = None
-    on_error: str = 'retry'
+    on_error: str = 'doubt'
     lease: Any = None
     retry_after: int = 1
     docs: str = 'about:blank'

@@ -73,6 +73,10 @@ MUTANTS = [
     ('calls-out-no-release', 'a failed provider call leaves the attempt in_progress: the retry waits for the lease',
      'idempo/http.py', "    if route.on_error != 'retry':\n        return", "    if True:\n        return",
      'tests/test_http.py::test_provider_fails_502_then_attempt_2'),
+    ('calls-out-retries-by-default', "Route(calls_out=True) fails the attempt retryable unless told otherwise: against a "
+     'provider that does not deduplicate, the retry after a lost reply charges again',
+     'idempo/http.py', "    on_error: str = 'doubt'\n", "    on_error: str = 'retry'\n",
+     'tests/test_http.py::test_calls_out_by_default_leaves_a_lost_reply_to_its_lease'),
     # the review of session 10
     ('heartbeat-extends-by-scope', "call_once heartbeats with extend => NULL (the scope's lease, never shortening): "
      'a claim with a longer lease(=>) is never extended and loses the key when it runs out',

@@ -437,6 +437,54 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
     assert one(db, 'SELECT count(*) FROM shop.payments WHERE order_id = %s', [order_id]) == 1
 
 
+def test_calls_out_by_default_leaves_a_lost_reply_to_its_lease(dbname, db, scope):
+    """Route(calls_out=True) with no on_error, against a provider that does not deduplicate:
+    the first call charges and its reply is lost.  The attempt is left to its lease: the key
+    answers 409 while the lease runs, then 409 key-in-review once it is unknown; the provider
+    is called once.  (With 'retry' the default, the retry charged a second time: a new user's
+    trial over HTTP.)  A reply that is not stored (a 502) is left to its lease alike."""
+    import io
+    from idempo.http import Route
+    from idempo.wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
+    s = scope()                                 # on_lease_expiry => 'unknown', the default
+    route = Route(s, calls_out=True, lease='1 second')
+    assert route.on_error == 'doubt'
+    charges, answers = [], []
+
+    def app(environ, start_response):
+        charges.append(environ[ENVIRON_KEY].provider_key)           # the provider charged...
+        if answers:
+            start_response(answers.pop(0), [('content-type', 'text/plain')])
+            return [b'the provider said no']
+        raise ConnectionResetError('the connection closed before the reply')    # ...the reply is lost
+    mw = IdempotencyMiddleware(app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+    def post(key):
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/pay', 'CONTENT_TYPE': 'application/json',
+                   'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': key}
+        body = b''.join(mw(environ, lambda status, headers: got.update(status=status, headers=dict(headers))))
+        return got['status'][:3], got['headers'], json.loads(body) if body.startswith(b'{') else body
+
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    assert status_of(db, s, 'pay-1') == 'in_progress'
+    status, headers, answer = post('pay-1')                 # the lease runs: busy, no second call
+    assert (status, headers.get('retry-after'), answer['code']) == ('409', '1', 'key-in-use')
+    assert charges == [f'{s}/pay-1']
+    wait_for('the lease to run out', lambda: one(
+        db, 'SELECT lease_expires_at <= idempo.now() FROM idempo.lookup(%s, %s)', [s, 'pay-1']))
+    status, _, answer = post('pay-1')                       # unknown: a person or a verifier decides
+    assert (status, answer['code']) == ('409', 'key-in-review') and 'unknown' in answer['detail']
+    assert status_of(db, s, 'pay-1') == 'unknown'
+    assert charges == [f'{s}/pay-1']
+
+    answers.append('502 Bad Gateway')                       # a reply that is not stored
+    assert post('pay-2')[0] == '502'
+    assert status_of(db, s, 'pay-2') == 'in_progress'
+    assert post('pay-2')[0] == '409' and charges == [f'{s}/pay-1', f'{s}/pay-2']
+
+
 def test_tenant_and_key_cannot_be_shifted_into_each_other():
     # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
     # same idempo key would replay one client's reply to the other

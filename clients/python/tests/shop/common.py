@@ -48,7 +48,9 @@ def tenant(request):
 
 ROUTES = {
     '/orders': Route('http.orders', validate=validate_order, tenant=tenant, docs=DOCS),
-    '/payments': Route('http.payments', calls_out=True, validate=validate_payment, tenant=tenant, docs=DOCS),
+    # the provider deduplicates by our key (charge_card sends it): a failed call may be retried
+    '/payments': Route('http.payments', calls_out=True, on_error='retry', validate=validate_payment, tenant=tenant,
+                       docs=DOCS),
     # the key from payload fields instead of a header: {"order_id", "line"}
     '/reservations': Route('http.orders', key_header=None, key_fields=('order_id', 'line'), docs=DOCS),
 }

@@ -64,10 +64,11 @@ def validate_payment(request):
 
 # One scope per endpoint (schema.sql).  /payments calls out: its claim commits first and holds
 # the key by its lease while the provider is called; a failure frees the key (on_error='retry',
-# right because the provider honours our key).
+# right because the provider honours our key; the default, 'doubt', leaves the attempt to its
+# lease and a person or a verifier decides).
 ROUTES = {
     '/orders': Route('http.orders', validate=validate_order, docs=DOCS),
-    '/payments': Route('http.payments', calls_out=True, validate=validate_payment, docs=DOCS),
+    '/payments': Route('http.payments', calls_out=True, on_error='retry', validate=validate_payment, docs=DOCS),
 }
 
 
