@@ -160,6 +160,11 @@ class Route:
     docs: str = 'about:blank'
     keep_headers: Sequence[str] = ()
 
+    def __post_init__(self):
+        # a misspelt on_error would otherwise act as one of the two without saying which
+        if self.on_error not in ('doubt', 'retry'):
+            raise ValueError(f"Route({self.scope!r}): on_error must be 'doubt' or 'retry', not {self.on_error!r}")
+
 
 @dataclass
 class Context:

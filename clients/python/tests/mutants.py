@@ -77,6 +77,9 @@ MUTANTS = [
      'provider that does not deduplicate, the retry after a lost reply charges again',
      'idempo/http.py', "    on_error: str = 'doubt'\n", "    on_error: str = 'retry'\n",
      'tests/test_http.py::test_calls_out_by_default_leaves_a_lost_reply_to_its_lease'),
+    ('on-error-typo-accepted', "Route(on_error='retyr') is accepted and acts as 'doubt' or 'retry' without saying which",
+     'idempo/http.py', "        if self.on_error not in ('doubt', 'retry'):\n", "        if False:\n",
+     'tests/test_http.py::test_an_unknown_on_error_is_refused'),
     # the review of session 10
     ('heartbeat-extends-by-scope', "call_once heartbeats with extend => NULL (the scope's lease, never shortening): "
      'a claim with a longer lease(=>) is never extended and loses the key when it runs out',

@@ -619,3 +619,11 @@ def test_key_derivation_matches_the_shared_vectors():
             assert v['key'] is None and refusal.reply.status == v['status'], v
         else:
             assert got == v['key'], v
+
+
+def test_an_unknown_on_error_is_refused():
+    """A misspelt on_error ('retyr') is refused when the route is made, not run as 'doubt'."""
+    from idempo.http import Route
+    with pytest.raises(ValueError, match="on_error must be 'doubt' or 'retry'"):
+        Route('s', calls_out=True, on_error='retyr')
+    assert Route('s', calls_out=True, on_error='retry').on_error == 'retry'
