@@ -94,6 +94,8 @@ FROM idempo.claim_batch('b.ign', ARRAY['k', 'k'],
 -- allowed_role: checked for each element as for a claim
 CREATE ROLE regress_batch_app;
 CREATE ROLE regress_batch_other;
+-- (membership for SET ROLE: managed/run runs this file as a role that is not a superuser)
+GRANT regress_batch_app, regress_batch_other TO CURRENT_USER;
 GRANT USAGE ON SCHEMA idempo TO regress_batch_app, regress_batch_other;
 GRANT EXECUTE ON FUNCTION idempo.claim_batch(text, text[], jsonb[], text, timestamptz[], boolean, boolean)
     TO regress_batch_app, regress_batch_other;
