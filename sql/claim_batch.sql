@@ -84,6 +84,13 @@ SELECT position, key, duplicate_of, outcome
 FROM idempo.claim_batch('b.pii', ARRAY['bob@example.com', 'alice@example.com', 'bob@example.com']);
 SELECT count(*) AS clear_keys FROM idempo.operations WHERE scope = 'b.pii' AND key LIKE '%@%';
 SELECT * FROM idempo.complete_batch('b.pii', ARRAY['alice@example.com', 'bob@example.com'], ARRAY[1, 1]);
+-- claimed in the order of the digests, not of the clear keys (as claims one by one ordered by
+-- idempo.stored_key(scope, key) COLLATE "C" take them): k2, k3, k1, k4
+SELECT name FROM idempo.create_scope('b.pii.audit', hash_keys => true, audit => true);
+SELECT count(*) FROM idempo.claim_batch('b.pii.audit', ARRAY['k1', 'k2', 'k3', 'k4']);
+SELECT c.k AS claimed FROM idempo.events e
+  JOIN unnest(ARRAY['k1', 'k2', 'k3', 'k4']) c(k) ON e.key = idempo.stored_key('b.pii.audit', c.k)
+ WHERE e.scope = 'b.pii.audit' ORDER BY e.id;
 
 -- fingerprint_ignore: fields the scope ignores do not make a duplicate differ
 SELECT name FROM idempo.create_scope('b.ign', fingerprint_ignore => '{trace_id}');
