@@ -84,6 +84,13 @@ SELECT position, key, duplicate_of, outcome
 FROM idempo.claim_batch('b.pii', ARRAY['bob@example.com', 'alice@example.com', 'bob@example.com']);
 SELECT count(*) AS clear_keys FROM idempo.operations WHERE scope = 'b.pii' AND key LIKE '%@%';
 SELECT * FROM idempo.complete_batch('b.pii', ARRAY['alice@example.com', 'bob@example.com'], ARRAY[1, 1]);
+-- claimed in the order of the digests, not of the clear keys (as claims one by one ordered by
+-- idempo.stored_key(scope, key) COLLATE "C" take them): k2, k3, k1, k4
+SELECT name FROM idempo.create_scope('b.pii.audit', hash_keys => true, audit => true);
+SELECT count(*) FROM idempo.claim_batch('b.pii.audit', ARRAY['k1', 'k2', 'k3', 'k4']);
+SELECT c.k AS claimed FROM idempo.events e
+  JOIN unnest(ARRAY['k1', 'k2', 'k3', 'k4']) c(k) ON e.key = idempo.stored_key('b.pii.audit', c.k)
+ WHERE e.scope = 'b.pii.audit' ORDER BY e.id;
 
 -- fingerprint_ignore: fields the scope ignores do not make a duplicate differ
 SELECT name FROM idempo.create_scope('b.ign', fingerprint_ignore => '{trace_id}');
@@ -94,6 +101,8 @@ FROM idempo.claim_batch('b.ign', ARRAY['k', 'k'],
 -- allowed_role: checked for each element as for a claim
 CREATE ROLE regress_batch_app;
 CREATE ROLE regress_batch_other;
+-- (membership for SET ROLE: managed/run runs this file as a role that is not a superuser)
+GRANT regress_batch_app, regress_batch_other TO CURRENT_USER;
 GRANT USAGE ON SCHEMA idempo TO regress_batch_app, regress_batch_other;
 GRANT EXECUTE ON FUNCTION idempo.claim_batch(text, text[], jsonb[], text, timestamptz[], boolean, boolean)
     TO regress_batch_app, regress_batch_other;

@@ -486,6 +486,23 @@ BEGIN
 END
 $$;
 
+-- The fingerprint of a claim's params under its scope's rules (claim.c: idempo_claim_fingerprint):
+-- only the fields the scope includes (fingerprint_include.c), then without those it ignores, the
+-- ignore list checked first.  Also what claim_batch compares a key given twice by (batch.sql).
+CREATE FUNCTION idempo.managed_params_fingerprint(s idempo.scopes, params jsonb) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF cardinality(s.fingerprint_ignore) > 0 THEN
+        PERFORM idempo.managed_check_ignore(s);
+    END IF;
+    IF cardinality(s.fingerprint_include) > 0 THEN
+        RETURN idempo.fingerprint(idempo.managed_only(params, idempo.managed_include_steps(s.fingerprint_include, s.name)),
+                                  s.fingerprint_ignore);
+    END IF;
+    RETURN idempo.fingerprint(params, s.fingerprint_ignore);
+END
+$$;
+
 -- A scope's fingerprint_ignore, checked as the claim compiles it (fingerprint_rules.c with the
 -- scope's name: a list written into idempo.scopes behind check_scope()'s back is refused here)
 CREATE FUNCTION idempo.managed_check_ignore(s idempo.scopes) RETURNS void
@@ -830,16 +847,7 @@ BEGIN
         END IF;
         fp := claim.fingerprint;
     ELSIF params IS NOT NULL THEN
-        IF cardinality(s.fingerprint_ignore) > 0 THEN
-            PERFORM idempo.managed_check_ignore(s);
-        END IF;
-        IF cardinality(s.fingerprint_include) > 0 THEN
-            -- only the fields the scope includes, then without those it ignores (fingerprint_include.c)
-            include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
-            fp := idempo.fingerprint(idempo.managed_only(params, include_steps), s.fingerprint_ignore);
-        ELSE
-            fp := idempo.fingerprint(params, s.fingerprint_ignore);
-        END IF;
+        fp := idempo.managed_params_fingerprint(s, params);
     END IF;
     IF s.require_fingerprint AND fp IS NULL THEN
         RAISE EXCEPTION 'scope "%" requires a fingerprint, and the claim of key "%" has none', s.name, k
@@ -903,7 +911,7 @@ BEGIN
 
     -- recorded in another session where it can be (managed_conflict)
     IF record_conflict THEN
-        IF s.store_params AND include_steps IS NULL THEN   -- a claim by fingerprint parsed no paths
+        IF s.store_params THEN   -- the params as fingerprinted: only the fields the scope includes
             include_steps := idempo.managed_include_steps(s.fingerprint_include, s.name);
         END IF;
         conflict_id := idempo.managed_conflict(s.name, k, o.fingerprint, fp,

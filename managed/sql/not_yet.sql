@@ -24,11 +24,3 @@ BEGIN
         DETAIL = 'The managed edition has no counters (idempo.counters() says why).',
         HINT = 'docs/managed-edition.md lists what the managed edition has.';
 END $$;
-
--- Batch claims (issue 29): the C edition decides each element with claim() in the order of the
--- stored keys; here they would be a PL/pgSQL loop over idempo.claim() (docs/managed-edition.md).
--- Until then generate.py writes each one's stand-in from its C declaration, refusing with 0A000
--- ("idempo.claim_batch() is not available in the managed edition yet") and this hint.
--- managed-not-yet: function idempo.claim_batch: Claim each key with idempo.claim(), in the order of the keys; docs/managed-edition.md lists what the managed edition has.
--- managed-not-yet: function idempo.complete_batch: Complete each key with idempo.complete(); docs/managed-edition.md lists what the managed edition has.
--- managed-not-yet: function idempo.fail_batch: Fail each key with idempo.fail(); docs/managed-edition.md lists what the managed edition has.
