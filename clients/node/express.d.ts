@@ -30,9 +30,16 @@ export interface MiddlewareOptions<Req = any> {
    *  Set-Cookie, Set-Cookie2, Authorization, Proxy-Authorization, Authentication-Info and
    *  Proxy-Authentication-Info go to the client that made the request but are not replayed. */
   keepHeaders?: string[];
-  /** Which replies are stored (and replayed).  Default: below 500, but not 400, 408, 409, 415, 422, 425, 429. */
+  /** Which replies are stored (and replayed).  Default: below 500, but not 400, 401, 403, 408, 409, 415, 422, 425, 429. */
   store?: (status: number) => boolean;
   mode?: 'transaction' | 'lease';
+  /** mode 'lease', when the reply is not stored (a 5xx...) or there is none (the request failed):
+   *  'doubt' (default) leaves the attempt to its lease: the key answers 409, then turns unknown
+   *  and a person or a verifier decides (the other system may have acted; a second call could
+   *  do it twice).  'retry' fails the attempt retryable, so a retry calls the other system
+   *  again: only for one that deduplicates by the key the handler passes it.  Any other value
+   *  is a TypeError when the middleware is made. */
+  onError?: 'doubt' | 'retry';
   /** Overrides the scope's lease for each attempt. */
   lease?: Duration;
   /** mode 'lease': the heartbeat (default true: every third of the lease). */

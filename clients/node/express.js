@@ -12,9 +12,11 @@
 // mode 'transaction' (default): claim, the handler's writes (req.idempotency.tx) and the
 // stored reply commit together before the reply is sent.  mode 'lease': the claim commits with a
 // lease (kept by a heartbeat) for handlers that call another system; the business write goes
-// in `await req.idempotency.transaction()`, which commits with the stored reply.
+// in `await req.idempotency.transaction()`, which commits with the stored reply.  A reply not
+// stored (a 5xx) leaves that attempt to its lease (onError 'doubt', the default: the other system
+// may have acted) or fails it retryable (onError 'retry': it deduplicates by the key).
 // The rules of every answer: lib/http.js and docs/node.md.
-const { beginRequest } = require('./lib/http');
+const { beginRequest, checkOptions } = require('./lib/http');
 
 function send(res, answer) {
   const body = Buffer.isBuffer(answer.body) ? answer.body : Buffer.from(answer.body ?? '', 'utf8');
@@ -24,6 +26,7 @@ function send(res, answer) {
 
 function idempotency(idem, options = {}) {
   if (!idem || typeof idem.claim !== 'function') throw new TypeError('idempotency(idem, options): idem must be an Idempo');
+  checkOptions(options, 'idempotency(idem, options)');
   return async function idempotencyMiddleware(req, res, next) {
     let begun;
     try {

@@ -12,7 +12,7 @@
 // Options given to register are defaults for every route; a route's config overrides them.
 // mode 'transaction' and 'lease' as in express.js; the reply is stored and committed in onSend,
 // before it is sent.
-const { answerFor, beginRequest } = require('./lib/http');
+const { answerFor, beginRequest, checkOptions } = require('./lib/http');
 
 function sendAnswer(reply, answer) {
   reply.code(answer.status);
@@ -23,7 +23,13 @@ function sendAnswer(reply, answer) {
 async function idempoPlugin(fastify, defaults) {
   const { idem, ...routeDefaults } = defaults;
   if (!idem || typeof idem.claim !== 'function') throw new TypeError('idempo/fastify: register it with { idem }');
+  checkOptions(routeDefaults, 'idempo/fastify');
   fastify.decorateRequest('idempotency', null);
+  // a route's options are checked when the route is added, not at its first request
+  fastify.addHook('onRoute', (route) => {
+    const own = route.config && route.config.idempotency;
+    if (own) checkOptions({ ...routeDefaults, ...own }, `idempo/fastify (${route.method} ${route.url})`);
+  });
 
   fastify.addHook('preHandler', async (request, reply) => {
     const config = request.routeOptions ? request.routeOptions.config : reply.context.config;

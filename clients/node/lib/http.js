@@ -9,9 +9,13 @@
 //   missing or malformed key               -> 400, no claim
 //   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
 // Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
-// refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): a reply
-// that is not stored rolls the transaction back (or, with a lease, fails the attempt as
-// retryable), so the retry runs afresh.
+// refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): in mode 'transaction' a
+// reply that is not stored rolls the transaction back, so the retry runs afresh.  In mode 'lease'
+// the other system may have acted before the reply went wrong (or never came): by default
+// (options.onError 'doubt') the attempt is left to its lease (the key answers 409, then turns
+// unknown: a person or a verifier decides); onError 'retry', for another system that
+// deduplicates by the key the handler passes it, fails the attempt retryable and the retry calls
+// it again.  The same rule as idempo's Python middleware (Route(calls_out=True, on_error=...)).
 const crypto = require('node:crypto');
 const { rawJson, Outcome } = require('./client');
 const { sqlstateOf } = require('./errors');
@@ -216,6 +220,18 @@ function deferred() {
 
 class NotStored extends Error {}
 
+const ON_ERROR = ['doubt', 'retry'];
+// The options every middleware checks when it is made (not at the first request): an onError
+// that is neither 'doubt' nor 'retry' is refused rather than taken for either (a typo of
+// 'retry' read as 'doubt' leaves keys to their lease; the other way round charges twice).
+function checkOptions(options, where = 'idempo middleware') {
+  if (options && options.onError !== undefined && !ON_ERROR.includes(options.onError)) {
+    throw new TypeError(`${where}: options.onError must be 'doubt' (the default: a failed attempt is left to its lease) `
+      + `or 'retry' (fail it retryable: only for another system that deduplicates by the key), not ${JSON.stringify(options.onError)}`);
+  }
+  return options;
+}
+
 // One request's life with idempo, whatever the framework: begin() claims and, when acquired,
 // gives the transaction (mode 'transaction') or the attempt with its lease (mode 'lease');
 // finish(status, headers, body) stores the reply or not, commits or rolls back.
@@ -227,6 +243,7 @@ class Exchange {
     this.key = key;
     this.params = params;
     this.mode = options.mode ?? 'transaction';
+    this.onError = checkOptions(options).onError ?? 'doubt';
     this.finished = false;
   }
 
@@ -319,7 +336,8 @@ class Exchange {
   }
 
   // The handler's reply: stored and committed (resolves) or not (rolled back; with a lease the
-  // attempt is failed as retryable).  Rejects if the commit failed: the reply must not be sent.
+  // attempt is left to its lease, or failed as retryable with onError 'retry').  Rejects if the
+  // commit failed: the reply must not be sent.
   async finish(status, headers, body) {
     if (this.finished) return;
     this.finished = true;
@@ -335,7 +353,7 @@ class Exchange {
       } else if (this.store(status)) {
         await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: this._result({ status, headers, body }) });
       }
-      if (!this.store(status)) {
+      if (!this.store(status) && this.onError === 'retry') {
         await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
           .catch((e) => this.idem.log.error(`idempo: fail(${this.scope}, ${this.key}) refused: ${e.message}`));
       }
@@ -346,7 +364,8 @@ class Exchange {
 
   // The request ended without a reply the middleware saw (the framework failed): undo.  The
   // transaction rolls back (mode 'transaction': the claim with it, the key is free again); mode
-  // 'lease': the heartbeat stops and the attempt is failed as retryable.
+  // 'lease': the heartbeat stops and the attempt is left to its lease (the handler may have
+  // called the other system), or failed as retryable with onError 'retry'.
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
@@ -354,7 +373,9 @@ class Exchange {
     if (this.txDone) await this.txDone.catch(() => {});
     if (this.mode === 'lease' && this.claim) {
       if (this.beat) await this.beat.stop();
-      await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: 'no reply', retryable: true }).catch(() => {});
+      if (this.onError === 'retry') {
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: 'no reply', retryable: true }).catch(() => {});
+      }
     }
   }
 }
@@ -398,5 +419,5 @@ function scopeOf(options, req) {
 
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
-  mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
+  checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
 };

@@ -11,6 +11,7 @@ const { startProvider, request } = require('./provider');
 
 let pool;
 let provider;
+let plain;          // a provider that does not deduplicate: a second call is a second charge
 before(async () => {
   pool = newPool();
   await pool.query(`CREATE SCHEMA IF NOT EXISTS shop;
@@ -19,15 +20,17 @@ before(async () => {
     CREATE TABLE IF NOT EXISTS shop.payments (id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
       order_id integer NOT NULL, amount_cents integer NOT NULL, charge_id text NOT NULL UNIQUE)`);
   provider = await startProvider({ dedupe: true });
+  plain = await startProvider();
 });
 after(async () => {
   provider.server.close();
+  plain.server.close();
   await pool.end();
 });
 
 function startService(framework, prefix) {
   const child = spawn(process.execPath, [path.join(__dirname, 'http', 'app.js'), framework], {
-    env: { ...process.env, PROVIDER_URL: provider.url, SCOPE_PREFIX: prefix },
+    env: { ...process.env, PROVIDER_URL: provider.url, PLAIN_PROVIDER_URL: plain.url, SCOPE_PREFIX: prefix },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return new Promise((resolve, reject) => {
@@ -56,8 +59,10 @@ for (const framework of ['express', 'fastify']) {
     before(async () => {
       await pool.query(`SELECT idempo.create_scope($1, retention => '24 hours');
                         SELECT idempo.create_scope($2);
-                        SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5)`
-        .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`));
+                        SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5);
+                        SELECT idempo.create_scope($4, lease => '3 seconds')`
+        .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`)
+        .replace(/\$4/, `'${prefix}.charges'`));
       service = await startService(framework, prefix);
     });
     after(() => { service.child.kill(); });
@@ -236,6 +241,27 @@ for (const framework of ['express', 'fastify']) {
       assert.equal(again.headers['idempotent-replayed'], 'true');
       assert.equal(again.body, ok.body);
       assert.equal(await one(pool, 'SELECT count(*)::int FROM shop.payments WHERE charge_id = $1', [JSON.parse(ok.body).charge_id]), 1);
+    });
+
+    test('lease with the default onError (\'doubt\'): a reply lost after the provider charged is left to its lease, never charged again', async () => {
+      const k = newKey();
+      const scope = `${prefix}.charges`;
+      const body = { amount_cents: 700, fault: 'drop-reply' };     // the provider charges, then the connection is cut
+      const lost = await post('/charges', body, k);
+      assert.equal(lost.status, 502);                                // not stored...
+      assert.equal(await statusOf(scope, k), 'in_progress');        // ...and not failed retryable
+      const during = await post('/charges', body, k);               // within the 3 s lease: busy, no second call
+      assert.equal(during.status, 409, during.body);
+      assert.match(JSON.parse(during.body).type, /#key-in-use$/);
+      assert.ok(Number(during.headers['retry-after']) >= 1);
+      await waitFor('the lease to run out', async () => (await one(pool,
+        'SELECT lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)', [scope, k])) === true);
+      const after = await post('/charges', body, k);                // unknown: a person or a verifier decides
+      assert.equal(after.status, 409, after.body);
+      assert.match(JSON.parse(after.body).type, /#key-in-review$/);
+      assert.match(JSON.parse(after.body).detail, /unknown/);
+      assert.equal(await statusOf(scope, k), 'unknown');
+      assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);     // the provider was called once
     });
 
     test('the service killed (kill -9) mid-call: 409 until the lease runs out, then the retry runs as the next attempt', async () => {

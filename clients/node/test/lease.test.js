@@ -85,3 +85,58 @@ test('a heartbeat extend shorter than the claimed lease: beats are timed from th
   assert.equal(seen.outcome, 'busy');
   assert.equal(done.result, 'charged');
 });
+
+// mode 'lease', a request that ends without a reply (abandon: a framework error, a stream that
+// failed): the handler may have called the other system.  By default (onError 'doubt') the
+// attempt is left to its lease, then unknown; onError 'retry' fails it retryable, as before.
+test('middleware lease mode: abandon leaves the attempt to its lease by default, fails it retryable with onError \'retry\'', async () => {
+  const scope = await newScope(pool, 'lease.abandon', "lease => '2 seconds'");
+  const params = idempo.rawJson('{"method":"POST"}');
+  const doubt = newKey();
+  const ex = new Exchange(idem, { mode: 'lease' }, scope, doubt, params);
+  assert.ok((await ex.begin()).acquired);
+  await ex.abandon(new Error('the connection closed'));
+  assert.equal((await idem.lookup(scope, doubt)).status, 'in_progress');
+  assert.equal((await idem.claim(scope, doubt, { params, wait: false })).outcome, 'busy');
+  await sleep(2100);                                     // the lease runs out, the heartbeat stopped
+  assert.equal((await idem.claim(scope, doubt, { params, wait: false })).outcome, 'unknown');
+  assert.equal((await idem.lookup(scope, doubt)).status, 'unknown');
+
+  const retry = newKey();
+  const ex2 = new Exchange(idem, { mode: 'lease', onError: 'retry' }, scope, retry, params);
+  assert.ok((await ex2.begin()).acquired);
+  await ex2.abandon(new Error('the connection closed'));
+  assert.equal((await idem.lookup(scope, retry)).status, 'retryable');
+  const ex3 = new Exchange(idem, { mode: 'lease', onError: 'retry' }, scope, retry, params);
+  assert.ok((await ex3.begin()).acquired);
+  await ex3.finish(502, {}, Buffer.from('no'));        // a reply not stored: retryable again
+  assert.equal((await idem.lookup(scope, retry)).status, 'retryable');
+});
+
+test('onError neither \'doubt\' nor \'retry\': a TypeError when the middleware is made, not a guess', async () => {
+  const { idempotency } = require('../express');
+  const fastifyPlugin = require('../fastify');
+  for (const bad of ['Retry', 'fail', null, true]) {
+    assert.throws(() => idempotency(idem, { scope: 's', mode: 'lease', onError: bad }), (err) => err instanceof TypeError
+      && /onError must be 'doubt'.* or 'retry'/.test(err.message) && err.message.includes(JSON.stringify(bad)));
+    assert.throws(() => new Exchange(idem, { mode: 'lease', onError: bad }, 's', 'k', null), TypeError);
+  }
+  assert.equal(typeof idempotency(idem, { scope: 's', mode: 'lease', onError: 'retry' }), 'function');
+  assert.equal(typeof idempotency(idem, { scope: 's', mode: 'lease', onError: 'doubt' }), 'function');
+  const app = require('fastify')();
+  await assert.rejects(async () => {
+    await app.register(fastifyPlugin, { idem, onError: 'retyr' });
+    await app.ready();
+  }, TypeError);
+  const app2 = require('fastify')();
+  await app2.register(fastifyPlugin, { idem });
+  await assert.rejects(async () => {
+    app2.post('/pay', { config: { idempotency: { scope: 's', mode: 'lease', onError: 'again' } } }, async () => 'ok');
+    await app2.ready();
+  }, /idempo\/fastify \(POST \/pay\): options.onError must be/);
+  const app3 = require('fastify')();
+  await app3.register(fastifyPlugin, { idem, onError: 'retry' });
+  app3.post('/pay', { config: { idempotency: { scope: 's', mode: 'lease' } } }, async () => 'ok');
+  await app3.ready();
+  await app3.close();
+});

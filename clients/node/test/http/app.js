@@ -7,7 +7,11 @@
 //                         HELD answers 409 (a 4xx that refuses the request: not stored)
 //   POST /orders-strict   the same with store: only 2xx (a 404 is not stored)
 //   POST /shipments       key from the body's fields order_id and line
-//   POST /payments        lease: the provider is called, then INSERT INTO shop.payments
+//   POST /payments        lease: the provider is called, then INSERT INTO shop.payments; a
+//                         failed call frees the key (onError: 'retry': the provider deduplicates)
+//   POST /charges         lease with the default onError ('doubt'): the provider at
+//                         PLAIN_PROVIDER_URL (which does not deduplicate) is called with the
+//                         body's fault; a lost reply answers 502 and the attempt keeps its lease
 const { Pool } = require('pg');
 const http = require('node:http');
 const { Idempo } = require('idempo');
@@ -37,9 +41,9 @@ async function createOrder(idempotency, body) {
   return { status: 201, body: order };
 }
 
-function charge(providerKey, amount, signal) {
+function charge(providerKey, amount, signal, { url = process.env.PROVIDER_URL, fault } = {}) {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${process.env.PROVIDER_URL}/charges`, {
+    const req = http.request(`${url}/charges`, {
       method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': providerKey }, timeout: 10000, signal,
     }, (res) => {
       const chunks = [];
@@ -49,7 +53,7 @@ function charge(providerKey, amount, signal) {
         : reject(new Error(`provider answered ${res.statusCode}`))));
     });
     req.on('error', reject);
-    req.end(JSON.stringify({ amount }));
+    req.end(JSON.stringify({ amount, fault }));
   });
 }
 
@@ -67,12 +71,24 @@ async function pay(idempotency, body) {
   return { status: 201, body: payment };
 }
 
+async function chargeOnly(idempotency, body) {
+  try {
+    const ch = await charge(`${idempotency.scope}/${idempotency.key}`, body.amount_cents, idempotency.signal,
+      { url: process.env.PLAIN_PROVIDER_URL, fault: body.fault });
+    return { status: 201, body: ch };
+  } catch (err) {
+    return { status: 502, body: { title: 'The payment provider did not answer', status: 502 } };
+  }
+}
+
 // keys are per client: X-Tenant stands for the authenticated client (none: 'anonymous')
 const tenant = (req) => req.headers['x-tenant'] ?? 'anonymous';
 const orders = { scope: `${prefix}.orders`, tenant };
 const strict = { scope: `${prefix}.orders`, tenant, store: (status) => status >= 200 && status < 300 };
 const shipments = { scope: `${prefix}.shipments`, key: { fields: ['order_id', 'line'] } };
-const payments = { scope: `${prefix}.payments`, mode: 'lease' };
+// the provider deduplicates by our key: a failed call may be made again
+const payments = { scope: `${prefix}.payments`, mode: 'lease', onError: 'retry' };
+const charges = { scope: `${prefix}.charges`, mode: 'lease' };
 
 async function express() {
   const expressLib = require('express');
@@ -89,6 +105,7 @@ async function express() {
   app.post('/orders-strict', requireJson, validate, idempotency(idem, strict), handle(createOrder));
   app.post('/shipments', idempotency(idem, shipments), handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
   app.post('/payments', idempotency(idem, payments), handle(pay));
+  app.post('/charges', idempotency(idem, charges), handle(chargeOnly));
   // errors: problem details, and nothing of the error's text
   app.use((err, req, res, next) => {     // eslint-disable-line no-unused-vars
     res.status(err.status ?? err.statusCode ?? 500).json({ title: 'error', status: err.status ?? 500 });
@@ -115,6 +132,7 @@ async function fastify() {
   app.post('/orders-strict', { schema: orderSchema, config: { idempotency: strict } }, handle(createOrder));
   app.post('/shipments', { config: { idempotency: shipments } }, handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
   app.post('/payments', { config: { idempotency: payments } }, handle(pay));
+  app.post('/charges', { config: { idempotency: charges } }, handle(chargeOnly));
   await app.listen({ port: 0, host: '127.0.0.1' });
   return app.server.address().port;
 }

@@ -36,7 +36,7 @@ try {
 // the types fastify.d.ts names, imported by name
 import type { IdempoPluginOptions, MiddlewareOptions, IdempotencyContext } from 'idempo/fastify';
 import { answerFor } from 'idempo/fastify';
-const pluginOptions: IdempoPluginOptions = { idem, scope: 'shop.orders', mode: 'lease' };
+const pluginOptions: IdempoPluginOptions = { idem, scope: 'shop.orders', mode: 'lease', onError: 'retry' };
 const middlewareOptions: MiddlewareOptions = { scope: () => 'shop.orders' };
 const context: IdempotencyContext | null = null;
 console.log(pluginOptions, middlewareOptions, context, answerFor({ outcome: 'busy', leaseLeftMs: 1000 }, {}).status);

@@ -62,8 +62,20 @@ async function web(idem: idempo.Idempo<PoolClient>): Promise<void> {
       await tx.query('SELECT 1');
       res.status(201).json({ ok: true });
     });
+  // mode 'lease': a failed attempt is left to its lease ('doubt', the default) or failed retryable
+  app.post('/payments', express.json(), idempotency(idem, { scope: 'http.payments', mode: 'lease', onError: 'retry' }),
+    async (req, res) => {
+      const tx = (await req.idempotency!.transaction!()) as PoolClient;
+      await tx.query('SELECT 1');
+      res.status(201).json({ aborted: req.idempotency?.signal?.aborted });
+    });
+  // @ts-expect-error onError is 'doubt' or 'retry'
+  idempotency(idem, { scope: 'http.payments', mode: 'lease', onError: 'fail' });
   const f = Fastify();
   await f.register(idempoFastify, { idem, store: (status) => status < 300 });
+  f.post('/payments', { config: { idempotency: { scope: 'http.payments', mode: 'lease', onError: 'doubt' } } }, async () => 'ok');
+  // @ts-expect-error onError is 'doubt' or 'retry'
+  await f.register(idempoFastify, { idem, onError: 'again' });
   f.post('/orders', { config: { idempotency: { scope: 'http.orders', key: { fields: ['order_id'] } } } }, async (request, reply) => {
     const attempt: number | null | undefined = request.idempotency?.attempt;
     return reply.code(201).send({ attempt });

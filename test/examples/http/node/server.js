@@ -79,11 +79,12 @@ app.post('/orders', validate(validOrder), idempotency(idem, { scope: 'http.order
     res.status(201).json(order);
   });
 
-// A reply of 500 or 502 is not stored (the middleware's default rule): the attempt is failed as
-// retryable and the retry runs as the next attempt.  That is right here only because the
-// provider honours our key: a retry cannot charge twice there.
+// A reply of 500 or 502 is not stored (the middleware's default rule).  onError: 'retry' fails
+// the attempt as retryable and the retry runs as the next attempt.  That is right here only
+// because the provider honours our key: a retry cannot charge twice there.  (The default,
+// 'doubt', leaves the attempt to its lease: 409, then unknown, and a person or a verifier decides.)
 app.post('/payments', validate(validPayment),
-  idempotency(idem, { scope: 'http.payments', mode: 'lease', problemTypeBase: DOCS }),
+  idempotency(idem, { scope: 'http.payments', mode: 'lease', onError: 'retry', problemTypeBase: DOCS }),
   async (req, res) => {
     let charge;
     try {
