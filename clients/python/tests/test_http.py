@@ -490,7 +490,8 @@ def test_a_route_with_path_parameters_is_protected(dbname, db, scope):
     assert routes.match('POST', '/carts/12/checkout?x=1').scope == s
     assert routes.match('POST', '/files/a/b.txt').scope == s
     assert routes.match('POST', '/orders').scope == s
-    for path in ('/orders/7', '/orders//refund', '/orders/7/refund/x', '/carts/12/checkout/', '/files/', '/order'):
+    assert routes.match('POST', '/files/').scope == s     # as Starlette's {p:path} (Flask's <path:p> not)
+    for path in ('/orders/7', '/orders//refund', '/orders/7/refund/x', '/carts/12/checkout/', '/order'):
         assert routes.match('POST', path) is None, path
     assert routes.match('GET', '/orders/7/refund') is None
 
@@ -571,3 +572,26 @@ def test_key_derivation_matches_the_shared_vectors():
             assert v['key'] is None and refusal.reply.status == v['status'], v
         else:
             assert got == v['key'], v
+
+
+def test_routes_match_as_the_framework_routes():
+    # The framework routes a request to the first endpoint whose path AND method match; Routes
+    # took the first path that matched and gave up when its methods did not, so PUT /orders/bulk
+    # (an exact POST route) never reached the PUT template that the framework ran: unprotected.
+    # A path written as Django's path() writes it ('orders/<int:id>/refund', no leading '/')
+    # matched no request at all; Starlette's {p:path} matches an empty rest too.
+    import pytest
+    from idempo.http import Route, Routes
+    routes = Routes({'/orders/bulk': Route('s.bulk'), '/orders/{order_id}': Route('s.update', methods=('PUT',)),
+                     '/items/{a}/{b}': Route('s.get', methods=('DELETE',)),
+                     '/items/{a}/<b>': Route('s.put', methods=('PATCH',)), '/files/{p:path}': Route('s.files')})
+    assert routes.match('POST', '/orders/bulk').scope == 's.bulk'
+    assert routes.match('PUT', '/orders/bulk').scope == 's.update'
+    assert routes.match('PUT', '/orders/7').scope == 's.update'
+    assert routes.match('PATCH', '/items/1/2').scope == 's.put'
+    assert routes.match('POST', '/files/').scope == 's.files'
+    assert routes.match('POST', '/files/a/b').scope == 's.files'
+    assert Routes({'/dl/<path:p>': Route('s')}).match('POST', '/dl/') is None     # Flask's is not empty
+    for path in ('orders/<int:order_id>/refund', 'orders', ''):
+        with pytest.raises(ValueError, match=r"starts with '/'"):
+            Routes({path: Route('s')})
