@@ -456,7 +456,12 @@ class Routes:
         self.routes = dict(routes)
         self.templates = [(pattern, route) for path, route in self.routes.items()
                           for pattern in [_template(path)] if pattern is not None]
-        self.methods = {m.upper() for route in self.routes.values() for m in route.methods}
+        # each route's methods in upper case; methods='POST' (a str is a Sequence[str] too) is
+        # ('POST',), not the letters P, O, S, T that matched no request
+        self.route_methods = {id(route): frozenset(m.upper() for m in ((route.methods,) if isinstance(route.methods, str)
+                                                                         else route.methods))
+                              for route in self.routes.values()}
+        self.methods = frozenset().union(*self.route_methods.values())
 
     @classmethod
     def of(cls, routes: Union[Dict[str, Route], 'Routes']) -> 'Routes':
@@ -468,9 +473,10 @@ class Routes:
         path = path.split('?', 1)[0]
         method = method.upper()
         route = self.routes.get(path)
-        if route is not None and method in route.methods:
+        if route is not None and method in self.route_methods[id(route)]:
             return route
-        return next((r for pattern, r in self.templates if method in r.methods and pattern.fullmatch(path)), None)
+        return next((r for pattern, r in self.templates
+                     if method in self.route_methods[id(r)] and pattern.fullmatch(path)), None)
 
     @staticmethod
     def prepare(route: Route, method: str, path: str, headers, body: bytes):

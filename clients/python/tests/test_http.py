@@ -592,6 +592,9 @@ def test_routes_match_as_the_framework_routes():
     assert routes.match('POST', '/files/').scope == 's.files'
     assert routes.match('POST', '/files/a/b').scope == 's.files'
     assert Routes({'/dl/<path:p>': Route('s')}).match('POST', '/dl/') is None     # Flask's is not empty
+    # methods as a str (a Sequence[str] to a type checker) or in lower case matched no request
+    assert Routes({'/pay': Route('s.pay', methods='POST')}).match('POST', '/pay').scope == 's.pay'
+    assert Routes({'/pay/{id}': Route('s.pay', methods=('put',))}).match('PUT', '/pay/1').scope == 's.pay'
     for path in ('orders/<int:order_id>/refund', 'orders', ''):
         with pytest.raises(ValueError, match=r"starts with '/'"):
             Routes({path: Route('s')})
