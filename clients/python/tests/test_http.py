@@ -598,3 +598,36 @@ def test_routes_match_as_the_framework_routes():
     for path in ('orders/<int:order_id>/refund', 'orders', ''):
         with pytest.raises(ValueError, match=r"starts with '/'"):
             Routes({path: Route('s')})
+
+
+def test_asgi_routes_on_the_path_without_its_root_path():
+    # uvicorn >= 0.26 --root-path /api: scope['path'] is '/api/orders' (the ASGI spec), and
+    # Starlette routes on it without the root path.  The middleware matched scope['path'] as it
+    # is: no route, the request passed through with no key asked for.
+    import asyncio
+    from idempo.asgi import IdempotencyMiddleware
+    from idempo.http import Route
+    ran = []
+
+    async def app(scope, receive, send):
+        ran.append(scope['path'])
+        await send({'type': 'http.response.start', 'status': 201, 'headers': []})
+        await send({'type': 'http.response.body', 'body': b''})
+    mw = IdempotencyMiddleware(app, routes={'/orders': Route('s')}, connection=None)
+
+    def post(path, root_path):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        scope = {'type': 'http', 'method': 'POST', 'path': path, 'root_path': root_path, 'query_string': b'',
+                 'headers': [(b'content-type', b'application/json')]}
+        asyncio.run(mw(scope, receive, send))
+        return sent[0]['status']
+    assert post('/api/orders', '/api') == 400          # matched: no key, refused
+    assert post('/orders', '/api') == 400              # a server that strips it (uvicorn < 0.26)
+    assert post('/api/ordersx', '/api') == 201 and post('/apix/orders', '/api') == 201
+    assert ran == ['/api/ordersx', '/apix/orders']
