@@ -420,6 +420,12 @@ def cgi_headers(meta) -> List[Tuple[str, str]]:
 _PARAMETER = re.compile(r'\{(?P<a>[^{}]*)\}|<(?P<b>[^<>]*)>')
 
 
+# What int and uuid converters take (the union of the three frameworks'): '/orders/abc' is not
+# '/orders/<int:id>''s, and the endpoint the framework runs for it (another route, not listed
+# here) must not be made to require a key.  Other converters: any one segment.
+_CONVERTERS = {'int': r'\d+', 'uuid': r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'}
+
+
 def _template(path: str) -> Optional['re.Pattern[str]']:
     """-> the regular expression of a path with parameters (one non-empty segment each; the
     path converter: the rest, slashes included), None for a plain path."""
@@ -430,7 +436,7 @@ def _template(path: str) -> Optional['re.Pattern[str]']:
         converter = spec.split(':', 1)[1 if braces else 0] if ':' in spec else ''
         # the path converter: Starlette's matches an empty rest too ('.*'), Flask's and Django's not
         rest = '.*' if braces else '.+'
-        parts.append(re.escape(path[end:m.start()]) + (rest if converter == 'path' else '[^/]+'))
+        parts.append(re.escape(path[end:m.start()]) + (rest if converter == 'path' else _CONVERTERS.get(converter, '[^/]+')))
         end = m.end()
     if not parts:
         return None

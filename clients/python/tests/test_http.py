@@ -592,6 +592,12 @@ def test_routes_match_as_the_framework_routes():
     assert routes.match('POST', '/files/').scope == 's.files'
     assert routes.match('POST', '/files/a/b').scope == 's.files'
     assert Routes({'/dl/<path:p>': Route('s')}).match('POST', '/dl/') is None     # Flask's is not empty
+    # an int or uuid converter takes what the framework's takes: /orders/abc is another endpoint's
+    typed = Routes({'/o/<int:id>': Route('s.int'), '/o/{id:int}/x': Route('s.int'), '/u/<uuid:u>': Route('s.uuid')})
+    assert typed.match('POST', '/o/12').scope == 's.int' and typed.match('POST', '/o/12/x').scope == 's.int'
+    assert typed.match('POST', '/o/abc') is None and typed.match('POST', '/o/abc/x') is None
+    assert typed.match('POST', '/u/8e03978e-40d5-43e8-bc93-6894a57f9324').scope == 's.uuid'
+    assert typed.match('POST', '/u/latest') is None
     # methods as a str (a Sequence[str] to a type checker) or in lower case matched no request
     assert Routes({'/pay': Route('s.pay', methods='POST')}).match('POST', '/pay').scope == 's.pay'
     assert Routes({'/pay/{id}': Route('s.pay', methods=('put',))}).match('PUT', '/pay/1').scope == 's.pay'
