@@ -156,3 +156,18 @@ test("idempo.prisma(tx) knows $transaction's client for a transaction (Prisma 7'
   }, TX);
   assert.equal((await idem.lookup(scope, key)).status, 'succeeded');
 });
+
+test('an extended client ($extends) is a client, its tx a transaction', async () => {
+  const xprisma = prisma.$extends({ client: { $hello() { return 'hi'; } } });
+  assert.equal(idempo.prisma(xprisma).inTransaction, false);
+  const scope = await newScope(viaPrisma, 'prisma.extends');
+  const key = newKey();
+  await xprisma.$transaction(async (tx) => {
+    assert.equal(idempo.prisma(tx).inTransaction, true);
+    const done = await new idempo.Idempo(idempo.prisma(tx)).once(scope, key, async () => 2);
+    assert.equal(done.result, 2);
+  }, TX);
+  const viaX = new idempo.Idempo(idempo.prisma(xprisma, { transaction: TX }));
+  const done = await viaX.once(scope, newKey(), async (tx) => { assert.equal(typeof tx.$connect, 'undefined'); return 3; });
+  assert.equal(done.result, 3);
+});

@@ -8,6 +8,7 @@ API cannot drift apart: a fix in a flow is a fix in both.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -107,10 +108,28 @@ def to_json(value) -> Optional[str]:
     return None if value is None else _ENCODER.encode(value)
 
 
+def _numeric(token: str):
+    """A JSON number with a fraction or an exponent, as jsonb writes it back: numeric never
+    writes an exponent, and keeps max(0, digits after the point - exponent) decimals: '1e+16'
+    (Python's repr of a float from 1e16 up) comes back '10000000000000000', an int; -0.0 as 0.0."""
+    mantissa, _, exponent = token.lower().partition('e')
+    if exponent and len(mantissa.partition('.')[2]) - int(exponent) <= 0:
+        return int(decimal.Decimal(token))
+    return float(token) + 0.0           # + 0.0: -0.0 becomes 0.0, as numeric has no negative zero
+
+
+def _jsonb_object(pairs):
+    """An object with its keys in jsonb's order (shorter first, then by their UTF-8 bytes; the
+    last of duplicates wins)."""
+    last = dict(pairs)
+    return {k: last[k] for k in sorted(last, key=lambda k: (len(k.encode()), k.encode()))}
+
+
 def as_stored(text: Optional[str]):
     """A result as a replay will read it back from its jsonb (a tuple as a list, an int dict key
-    as a str): what the first answer carries too, so that the first call and its retries agree."""
-    return None if text is None else json.loads(text)
+    as a str, keys in jsonb's order, 1e+16 as an int): what the first answer carries too, so that
+    the first call and its retries agree."""
+    return None if text is None else json.loads(text, parse_float=_numeric, object_pairs_hook=_jsonb_object)
 
 
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,

@@ -60,6 +60,17 @@ async def send_reply(send, reply: Reply):
     await send({'type': 'http.response.body', 'body': reply.body})
 
 
+def route_path(scope) -> str:
+    """The path the app routes on: the ASGI path without the root path, as Starlette's
+    get_route_path takes it.  Uvicorn from 0.26 (`--root-path /api`, behind a proxy) puts the root
+    path in scope['path'] as the ASGI spec says: '/api/orders' matched no route '/orders', and
+    the endpoint the app ran went unprotected."""
+    path, root = scope['path'], scope.get('root_path') or ''
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == '/'):
+        return path[len(root):] or '/'
+    return path
+
+
 class IdempotencyMiddleware:
     """routes: {path: Route} (or idempo.http.Routes); connection: a callable returning an async
     context manager that yields an AsyncConnection (connect(), or a pool's .connection)."""
@@ -73,7 +84,7 @@ class IdempotencyMiddleware:
         self.version = None
 
     async def __call__(self, scope, receive, send):
-        route = self.routes.match(scope['method'], scope['path']) if scope['type'] == 'http' else None
+        route = self.routes.match(scope['method'], route_path(scope)) if scope['type'] == 'http' else None
         if route is None:
             return await self.app(scope, receive, send)
         body = await _read_body(receive, self.max_body)

@@ -431,6 +431,12 @@ def cgi_headers(meta) -> List[Tuple[str, str]]:
 _PARAMETER = re.compile(r'\{(?P<a>[^{}]*)\}|<(?P<b>[^<>]*)>')
 
 
+# What int and uuid converters take (the union of the three frameworks'): '/orders/abc' is not
+# '/orders/<int:id>''s, and the endpoint the framework runs for it (another route, not listed
+# here) must not be made to require a key.  Other converters: any one segment.
+_CONVERTERS = {'int': r'\d+', 'uuid': r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'}
+
+
 def _template(path: str) -> Optional['re.Pattern[str]']:
     """-> the regular expression of a path with parameters (one non-empty segment each; the
     path converter: the rest, slashes included), None for a plain path."""
@@ -439,7 +445,9 @@ def _template(path: str) -> Optional['re.Pattern[str]']:
         braces = m.group('a') is not None          # {name:converter}; <converter:name>
         spec = m.group('a') if braces else m.group('b')
         converter = spec.split(':', 1)[1 if braces else 0] if ':' in spec else ''
-        parts.append(re.escape(path[end:m.start()]) + ('.+' if converter == 'path' else '[^/]+'))
+        # the path converter: Starlette's matches an empty rest too ('.*'), Flask's and Django's not
+        rest = '.*' if braces else '.+'
+        parts.append(re.escape(path[end:m.start()]) + (rest if converter == 'path' else _CONVERTERS.get(converter, '[^/]+')))
         end = m.end()
     if not parts:
         return None
@@ -451,13 +459,26 @@ class Routes:
     may name parameters as the framework writes its endpoint ('/orders/{order_id}/refund',
     '/orders/<int:order_id>/refund'): each matches one segment that is not empty, a path
     converter ('{p:path}', '<path:p>') the rest.  An exact path wins over a template; templates
-    are tried in the order given."""
+    are tried in the order given; as the framework does, the first whose methods include the
+    request's (an exact path without it falls through to the templates).  A path starts with
+    '/' (the request's does; Django's path() writes its patterns without one: a route written so
+    would match nothing, and leave its endpoint unprotected): ValueError otherwise."""
 
     def __init__(self, routes: Dict[str, Route]):
+        for path in routes:
+            if not isinstance(path, str) or not path.startswith('/'):
+                raise ValueError(f"a route's path starts with '/', as the request's does: {path!r} would match no "
+                                 f"request (Django's path() writes 'orders/<int:id>': write '/orders/<int:id>', "
+                                 f"with the prefix of any include())")
         self.routes = dict(routes)
         self.templates = [(pattern, route) for path, route in self.routes.items()
                           for pattern in [_template(path)] if pattern is not None]
-        self.methods = {m.upper() for route in self.routes.values() for m in route.methods}
+        # each route's methods in upper case; methods='POST' (a str is a Sequence[str] too) is
+        # ('POST',), not the letters P, O, S, T that matched no request
+        self.route_methods = {id(route): frozenset(m.upper() for m in ((route.methods,) if isinstance(route.methods, str)
+                                                                         else route.methods))
+                              for route in self.routes.values()}
+        self.methods = frozenset().union(*self.route_methods.values())
 
     @classmethod
     def of(cls, routes: Union[Dict[str, Route], 'Routes']) -> 'Routes':
@@ -467,12 +488,12 @@ class Routes:
         if method.upper() not in self.methods:      # a GET passes by without a look at the templates
             return None
         path = path.split('?', 1)[0]
+        method = method.upper()
         route = self.routes.get(path)
-        if route is None:
-            route = next((r for pattern, r in self.templates if pattern.fullmatch(path)), None)
-        if route is None or method.upper() not in route.methods:
-            return None
-        return route
+        if route is not None and method in self.route_methods[id(route)]:
+            return route
+        return next((r for pattern, r in self.templates
+                     if method in self.route_methods[id(r)] and pattern.fullmatch(path)), None)
 
     @staticmethod
     def prepare(route: Route, method: str, path: str, headers, body: bytes):

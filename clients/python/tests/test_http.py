@@ -538,7 +538,8 @@ def test_a_route_with_path_parameters_is_protected(dbname, db, scope):
     assert routes.match('POST', '/carts/12/checkout?x=1').scope == s
     assert routes.match('POST', '/files/a/b.txt').scope == s
     assert routes.match('POST', '/orders').scope == s
-    for path in ('/orders/7', '/orders//refund', '/orders/7/refund/x', '/carts/12/checkout/', '/files/', '/order'):
+    assert routes.match('POST', '/files/').scope == s     # as Starlette's {p:path} (Flask's <path:p> not)
+    for path in ('/orders/7', '/orders//refund', '/orders/7/refund/x', '/carts/12/checkout/', '/order'):
         assert routes.match('POST', path) is None, path
     assert routes.match('GET', '/orders/7/refund') is None
 
@@ -627,3 +628,68 @@ def test_an_unknown_on_error_is_refused():
     with pytest.raises(ValueError, match="on_error must be 'doubt' or 'retry'"):
         Route('s', calls_out=True, on_error='retyr')
     assert Route('s', calls_out=True, on_error='retry').on_error == 'retry'
+
+
+def test_routes_match_as_the_framework_routes():
+    # The framework routes a request to the first endpoint whose path AND method match; Routes
+    # took the first path that matched and gave up when its methods did not, so PUT /orders/bulk
+    # (an exact POST route) never reached the PUT template that the framework ran: unprotected.
+    # A path written as Django's path() writes it ('orders/<int:id>/refund', no leading '/')
+    # matched no request at all; Starlette's {p:path} matches an empty rest too.
+    import pytest
+    from idempo.http import Route, Routes
+    routes = Routes({'/orders/bulk': Route('s.bulk'), '/orders/{order_id}': Route('s.update', methods=('PUT',)),
+                     '/items/{a}/{b}': Route('s.get', methods=('DELETE',)),
+                     '/items/{a}/<b>': Route('s.put', methods=('PATCH',)), '/files/{p:path}': Route('s.files')})
+    assert routes.match('POST', '/orders/bulk').scope == 's.bulk'
+    assert routes.match('PUT', '/orders/bulk').scope == 's.update'
+    assert routes.match('PUT', '/orders/7').scope == 's.update'
+    assert routes.match('PATCH', '/items/1/2').scope == 's.put'
+    assert routes.match('POST', '/files/').scope == 's.files'
+    assert routes.match('POST', '/files/a/b').scope == 's.files'
+    assert Routes({'/dl/<path:p>': Route('s')}).match('POST', '/dl/') is None     # Flask's is not empty
+    # an int or uuid converter takes what the framework's takes: /orders/abc is another endpoint's
+    typed = Routes({'/o/<int:id>': Route('s.int'), '/o/{id:int}/x': Route('s.int'), '/u/<uuid:u>': Route('s.uuid')})
+    assert typed.match('POST', '/o/12').scope == 's.int' and typed.match('POST', '/o/12/x').scope == 's.int'
+    assert typed.match('POST', '/o/abc') is None and typed.match('POST', '/o/abc/x') is None
+    assert typed.match('POST', '/u/8e03978e-40d5-43e8-bc93-6894a57f9324').scope == 's.uuid'
+    assert typed.match('POST', '/u/latest') is None
+    # methods as a str (a Sequence[str] to a type checker) or in lower case matched no request
+    assert Routes({'/pay': Route('s.pay', methods='POST')}).match('POST', '/pay').scope == 's.pay'
+    assert Routes({'/pay/{id}': Route('s.pay', methods=('put',))}).match('PUT', '/pay/1').scope == 's.pay'
+    for path in ('orders/<int:order_id>/refund', 'orders', ''):
+        with pytest.raises(ValueError, match=r"starts with '/'"):
+            Routes({path: Route('s')})
+
+
+def test_asgi_routes_on_the_path_without_its_root_path():
+    # uvicorn >= 0.26 --root-path /api: scope['path'] is '/api/orders' (the ASGI spec), and
+    # Starlette routes on it without the root path.  The middleware matched scope['path'] as it
+    # is: no route, the request passed through with no key asked for.
+    import asyncio
+    from idempo.asgi import IdempotencyMiddleware
+    from idempo.http import Route
+    ran = []
+
+    async def app(scope, receive, send):
+        ran.append(scope['path'])
+        await send({'type': 'http.response.start', 'status': 201, 'headers': []})
+        await send({'type': 'http.response.body', 'body': b''})
+    mw = IdempotencyMiddleware(app, routes={'/orders': Route('s')}, connection=None)
+
+    def post(path, root_path):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        scope = {'type': 'http', 'method': 'POST', 'path': path, 'root_path': root_path, 'query_string': b'',
+                 'headers': [(b'content-type', b'application/json')]}
+        asyncio.run(mw(scope, receive, send))
+        return sent[0]['status']
+    assert post('/api/orders', '/api') == 400          # matched: no key, refused
+    assert post('/orders', '/api') == 400              # a server that strips it (uvicorn < 0.26)
+    assert post('/api/ordersx', '/api') == 201 and post('/apix/orders', '/api') == 201
+    assert ran == ['/api/ordersx', '/apix/orders']
