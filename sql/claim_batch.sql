@@ -203,6 +203,17 @@ SELECT position, outcome, duplicate_of FROM idempo.claim_batch('b.include', ARRA
   ARRAY['{"sku": 2, "note": "b"}', '{"sku": 3, "note": "a"}', '{"sku": 3, "note": "b"}',
         '{"sku": 9}']::jsonb[]);
 
+-- require_fingerprint: an element without params is refused as claim() refuses it (22023), also
+-- where its record is finished and would be replayed (the C edition's one read of the batch's
+-- keys answered it 'replay', past the refusal, outside audit scopes only)
+SELECT name FROM idempo.create_scope('b.require', require_fingerprint => true);
+SELECT outcome FROM idempo.claim('b.require', 'q-1', '{"n": 1}');
+SELECT idempo.complete('b.require', 'q-1', 1);
+SELECT regress.err($$SELECT outcome FROM idempo.claim('b.require', 'q-1')$$);
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.require', ARRAY['q-1'])$$);
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.require', ARRAY['q-2', 'q-1'], ARRAY['{"n": 2}', NULL]::jsonb[])$$);
+SELECT position, outcome FROM idempo.claim_batch('b.require', ARRAY['q-1'], ARRAY['{"n": 1}']::jsonb[]);
+
 SELECT * FROM idempo.check_consistency();
 DROP OWNED BY regress_batch_app, regress_batch_other;
 DROP ROLE regress_batch_app, regress_batch_other;

@@ -421,10 +421,13 @@ probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 	/*
 	 * Answered here only as claim() would answer it now: not a version
 	 * another running transaction is deleting (a release), updating or has
-	 * locked, which claim() waits for (or is 'busy' for) and decides after.
+	 * locked, which claim() waits for (or is 'busy' for) and decides after;
+	 * not an element claim() refuses before it decides anything.
 	 */
 	if (in_flux ||
 		!idempo_status_finished(r.status) ||
+		/* claim() refuses an element without params here (22023), before any replay */
+		(scope->require_fingerprint && (st->params->values == NULL || st->params->nulls[e->pos])) ||
 		op_expiry(&r, scope, st->now, &next_due) != EXPIRY_NONE ||
 		idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
 		return;

@@ -146,6 +146,9 @@ DECLARE
     a idempo.claim_result;
     handed boolean[];
     f integer;
+    -- whether the transaction had written before the batch: only then may it hold the record of
+    -- a key the batch has not claimed yet (claim.sql: may_hold); read before anything is claimed
+    wrote_before constant boolean := pg_current_xact_id_if_assigned() IS NOT NULL;
 BEGIN
     PERFORM idempo.managed_batch_scope_arg(claim_batch.scope);
     PERFORM idempo.managed_batch_arg(fn, 'keys', k, NULL);
@@ -178,7 +181,17 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- each element in the order of the stored keys
+    -- each element in the order of the stored keys.  With wait => false in a transaction that
+    -- had written nothing before the batch, every element's claim is told so (the claim would
+    -- take the batch's own earlier writes for the transaction's): a key another transaction is
+    -- inserting then answers busy from its advisory lock at once, as the C edition's does,
+    -- instead of waiting out the claim's 10 ms lock_timeout on the insertion (and raising 40001
+    -- under REPEATABLE READ or SERIALIZABLE where the inserter commits within them).  The
+    -- transaction holds no record but those of the batch's keys; a key given again finds the
+    -- advisory lock its first occurrence took (or busy again, as that one answered).
+    IF NOT claim_batch.wait AND NOT wrote_before THEN
+        PERFORM set_config('idempo.managed_batch_fresh', 'on', true);
+    END IF;
     answers := array_fill(NULL::idempo.claim_result, ARRAY[n]);
     FOREACH f IN ARRAY o.ord LOOP
         IF o.firsts[f] IS NOT NULL AND (fps[f] IS NULL OR fps[o.firsts[f]] IS NULL OR fps[f] = fps[o.firsts[f]]) THEN
@@ -188,6 +201,9 @@ BEGIN
                                        claim_batch.wait, claim_batch.complete_on_commit);
         END IF;
     END LOOP;
+    IF NOT claim_batch.wait AND NOT wrote_before THEN
+        PERFORM set_config('idempo.managed_batch_fresh', '', true);
+    END IF;
 
     -- in input order; the work goes to one element of a key: later ones answer busy
     handed := array_fill(false, ARRAY[n]);

@@ -886,7 +886,10 @@ BEGIN
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);
-            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait', may_hold);
+            -- a claim_batch whose transaction had written nothing before it says so (batch.sql):
+            -- the writes of its earlier elements hold no record of this key
+            SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait',
+                may_hold AND current_setting('idempo.managed_batch_fresh', true) IS DISTINCT FROM 'on');
             PERFORM set_config('lock_timeout', old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             d := NULL;
