@@ -71,23 +71,41 @@ function capture(res, exchange) {
     if (done) process.nextTick(done);
     return true;
   };
+  const held = {
+    writeHead: () => res,
+    write: (chunk, encoding, cb) => { const done = typeof encoding === 'function' ? encoding : cb; if (done) process.nextTick(done); return true; },
+    end: (chunk, encoding, cb) => { const done = [chunk, encoding, cb].find((f) => typeof f === 'function'); if (done) process.nextTick(done); return res; },
+  };
   res.end = function end(chunk, encoding, cb) {
     if (typeof chunk === 'function') { cb = chunk; chunk = undefined; }
     if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
     if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
-    Object.assign(res, original);
     const body = Buffer.concat(chunks);
-    exchange.finish(res.statusCode, res.getHeaders(), body).then(
+    const status = res.statusCode;
+    const headers = res.getHeaders();
+    // Until this reply is stored and sent, a second one is dropped: an error handler run because
+    // the handler threw after replying (Express 5) would otherwise send its 500 while this reply
+    // commits (the client told of a failure that was committed), and this reply's send would then
+    // throw ERR_HTTP_HEADERS_SENT outside any handler (an unhandled rejection ends the process).
+    Object.assign(res, held);
+    exchange.finish(status, headers, body).then(
       () => {
+        Object.assign(res, original);
+        if (res.headersSent) return res.end(cb);     // written past the middleware (res.socket): too late
+        for (const name of res.getHeaderNames()) res.removeHeader(name);   // what a second reply set
+        res.statusCode = status;
+        for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
         if (res.getHeader('transfer-encoding') === undefined) res.setHeader('content-length', body.length);
-        res.end(body, cb);
+        return res.end(body, cb);
       },
       (err) => {
+        Object.assign(res, original);
+        if (res.headersSent) return res.end();
         // not committed: the key stays free; say so rather than send a reply that was not kept
         for (const name of res.getHeaderNames()) res.removeHeader(name);
         res.statusCode = 500;
         res.setHeader('content-type', 'application/problem+json');
-        res.end(JSON.stringify({ title: 'The reply could not be stored', status: 500, detail: String(err.message) }));
+        return res.end(JSON.stringify({ title: 'The reply could not be stored', status: 500, detail: String(err.message) }));
       });
     return res;
   };

@@ -1,5 +1,6 @@
 // idempo/http: what the Express and Fastify middleware share (for other frameworks, and tests).
 import type { RawJson } from './index';
+import type { MiddlewareOptions } from './express';
 
 export interface Answer { status: number; headers: Record<string, string | string[]>; body: string | Buffer; }
 export interface StoredReply { status: number; headers: [string, string][]; body?: string; body_base64?: string; }
@@ -22,3 +23,6 @@ export declare const PER_CLIENT: ReadonlySet<string>;
 export declare function keyPart(value: string): string;
 export declare const NOT_STORED_4XX: ReadonlySet<number>;
 export declare class Refusal extends Error { readonly reply: Answer; }
+/** The options' check every middleware makes when it is made: onError other than 'doubt' or
+ *  'retry' is a TypeError (its message starts with `where`).  Returns the options. */
+export declare function checkOptions<T extends Partial<MiddlewareOptions> | null | undefined>(options: T, where?: string): T;

@@ -126,7 +126,9 @@ async function viaPrisma(prisma: PrismaLike): Promise<void> {
 }
 void viaPrisma;
 
-import { paramsOf, defaultStore } from 'idempo/http';
+import { paramsOf, defaultStore, checkOptions } from 'idempo/http';
 const raw: idempo.RawJson = paramsOf({ method: 'POST', path: '/x', contentType: 'application/json', body: { a: 1 } });
 const kept: boolean = defaultStore(404);
-void raw; void kept;
+// another framework's adapter checks its options when it is made, as Express's and Fastify's do
+const checked: { scope: string; mode: 'lease'; onError: 'retry' } = checkOptions({ scope: 'http.x', mode: 'lease', onError: 'retry' }, 'my adapter');
+void raw; void kept; void checked;
