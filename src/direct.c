@@ -379,6 +379,13 @@ begin_index_work(Relation rel, EState **estate_out)
 	EState	   *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 
+	/*
+	 * The statement's snapshot, as ExecutorStart gives every EState: from
+	 * PostgreSQL 19 on, the pre-check (check_exclusion_or_unique_constraint)
+	 * fetches a conflicting tuple with es_snapshot under REPEATABLE READ and
+	 * SERIALIZABLE, and a NULL one crashed the backend.
+	 */
+	estate->es_snapshot = GetActiveSnapshot();
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	*estate_out = estate;
