@@ -382,8 +382,8 @@ begin_index_work(Relation rel, EState **estate_out)
 	/*
 	 * The statement's snapshot, as ExecutorStart gives every EState: from
 	 * PostgreSQL 19 on, the pre-check (check_exclusion_or_unique_constraint)
-	 * fetches a conflicting tuple with es_snapshot under REPEATABLE READ and
-	 * SERIALIZABLE, and a NULL one crashed the backend.
+	 * fetches a conflicting tuple with es_snapshot under SERIALIZABLE (for
+	 * SSI's predicate lock), and a NULL one crashed the backend.
 	 */
 	estate->es_snapshot = GetActiveSnapshot();
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
