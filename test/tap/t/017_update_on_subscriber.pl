@@ -12,6 +12,26 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# SQL that installs idempo 0.2.0 with scope 's' (its lease LEASE) and key 'lost' claimed at AT and
+# left unknown by 0.2.0's library when the lease ran out: last_attempt_at keeps the claim's time.
+sub old_unknown
+{
+	my ($retention, $lease, $at) = @_;
+	return qq{
+CREATE EXTENSION idempo VERSION '0.2.0';
+SELECT idempo.create_scope('s', retention => '$retention', lease => '$lease');
+SELECT idempo.claim('s', 'lost');
+UPDATE idempo.operations
+   SET status = 'unknown', lease_expires_at = NULL,
+       first_seen_at = '$at', last_attempt_at = '$at'
+ WHERE scope = 's' AND key = 'lost';
+};
+}
+my $publish = q{
+CREATE PUBLICATION %s
+    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
+};
+
 my $pub = PostgreSQL::Test::Cluster->new('publisher');
 $pub->init(allows_streaming => 'logical');
 $pub->append_conf('postgresql.conf', qq{
@@ -33,17 +53,7 @@ $sub->start;
 
 # Both at 0.2.0, an attempt that 0.2.0's library made unknown when its 5-minute lease ran out:
 # it keeps the claim's time in last_attempt_at.
-$pub->safe_psql('postgres', q{
-CREATE EXTENSION idempo VERSION '0.2.0';
-SELECT idempo.create_scope('s', retention => '1 day', lease => '5 minutes');
-SELECT idempo.claim('s', 'lost');
-UPDATE idempo.operations
-   SET status = 'unknown', lease_expires_at = NULL,
-       first_seen_at = '2026-03-01 12:00+00', last_attempt_at = '2026-03-01 12:00+00'
- WHERE scope = 's' AND key = 'lost';
-CREATE PUBLICATION idempo_pub
-    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
-});
+$pub->safe_psql('postgres', old_unknown('1 day', '5 minutes', '2026-03-01 12:00+00') . sprintf($publish, 'idempo_pub'));
 $sub->safe_psql('postgres', q{CREATE EXTENSION idempo VERSION '0.2.0'});
 my $pub_connstr = $pub->connstr . ' dbname=postgres';
 $sub->safe_psql('postgres',
@@ -100,17 +110,7 @@ is($sub->safe_psql('postgres', q{SELECT string_agg(name, ',' ORDER BY name) FROM
 # applying at the updated publisher's first change to idempo.scopes, whose new columns it lacks):
 # its update leaves the row at the claim's time, the publisher's moves it, once, here too.
 $pub->safe_psql('postgres', 'CREATE DATABASE pub_b');
-$pub->safe_psql('pub_b', q{
-CREATE EXTENSION idempo VERSION '0.2.0';
-SELECT idempo.create_scope('s', retention => '1 day', lease => '5 minutes');
-SELECT idempo.claim('s', 'lost');
-UPDATE idempo.operations
-   SET status = 'unknown', lease_expires_at = NULL,
-       first_seen_at = '2026-03-01 12:00+00', last_attempt_at = '2026-03-01 12:00+00'
- WHERE scope = 's' AND key = 'lost';
-CREATE PUBLICATION pub_b
-    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
-});
+$pub->safe_psql('pub_b', old_unknown('1 day', '5 minutes', '2026-03-01 12:00+00') . sprintf($publish, 'pub_b'));
 $sub->safe_psql('postgres', 'CREATE DATABASE sub_b');
 $sub->safe_psql('sub_b', q{CREATE EXTENSION idempo VERSION '0.2.0'});
 my $pub_b_connstr = $pub->connstr . ' dbname=pub_b';
@@ -132,17 +132,7 @@ $sub->safe_psql('sub_b', 'DROP SUBSCRIPTION sub_b');
 # still hold the claim's time, and the statement of docs/upgrading.md ("Logical replication")
 # moves them.
 $pub->safe_psql('postgres', 'CREATE DATABASE old_primary');
-$pub->safe_psql('old_primary', q{
-CREATE EXTENSION idempo VERSION '0.2.0';
-SELECT idempo.create_scope('s', retention => '1 year', lease => '1 month');
-SELECT idempo.claim('s', 'lost');
-UPDATE idempo.operations
-   SET status = 'unknown', lease_expires_at = NULL,
-       first_seen_at = '2026-01-31 12:00+00', last_attempt_at = '2026-01-31 12:00+00'
- WHERE scope = 's' AND key = 'lost';
-CREATE PUBLICATION old_pub
-    FOR TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.conflicts, idempo.events;
-});
+$pub->safe_psql('old_primary', old_unknown('1 year', '1 month', '2026-01-31 12:00+00') . sprintf($publish, 'old_pub'));
 $sub->safe_psql('postgres', 'CREATE DATABASE target');
 $sub->safe_psql('target', q{CREATE EXTENSION idempo VERSION '0.2.0'});
 my $old_connstr = $pub->connstr . ' dbname=old_primary';
@@ -197,13 +187,7 @@ $sub->safe_psql('postgres', q{
 DROP SUBSCRIPTION idempo_sub;
 SET idempo.allow_drop_with_records = on;
 DROP EXTENSION idempo;
-CREATE EXTENSION idempo VERSION '0.2.0';
-SELECT idempo.create_scope('s', retention => '1 day', lease => '5 minutes');
-SELECT idempo.claim('s', 'lost');
-UPDATE idempo.operations
-   SET status = 'unknown', lease_expires_at = NULL,
-       first_seen_at = '2026-03-01 12:00+00', last_attempt_at = '2026-03-01 12:00+00'
- WHERE scope = 's' AND key = 'lost';
+} . old_unknown('1 day', '5 minutes', '2026-03-01 12:00+00') . q{
 ALTER EXTENSION idempo UPDATE;
 });
 is($sub->safe_psql('postgres', $last_attempt), '2026-03-01 12:05:00',
