@@ -163,7 +163,13 @@ install)
     if run_test installcheck "$HERE/installcheck.log"; then
       ok "autopkgtest installcheck: pg_buildext installcheck ($(grep -cE '^(ok|not ok) |\.\.\. (ok|FAILED)' "$HERE/installcheck.log") regression and isolation tests)"
     else
-      tail -60 "$HERE/installcheck.log" >&2
+      # the diffs (debian/tests/installcheck prints them after pg_buildext's server log), else
+      # the end of the log
+      if grep -q '^\*\*\*\* ' "$HERE/installcheck.log"; then
+        sed -n '/^\*\*\*\* /,$p' "$HERE/installcheck.log" | head -300 >&2
+      else
+        tail -60 "$HERE/installcheck.log" >&2
+      fi
       failed "autopkgtest installcheck (log above)"
     fi
   fi
