@@ -108,6 +108,16 @@ run_test() {
   fi
 }
 
+# show_failure LOG: what a failed autopkgtest printed of its diffs ("**** FILE ****" and the
+# file, after the server log pg_buildext prints), else the end of its log
+show_failure() {
+  if grep -q '^\*\*\*\* ' "$1"; then
+    sed -n '/^\*\*\*\* /,$p' "$1" | head -300 >&2
+  else
+    tail -60 "$1" >&2
+  fi
+}
+
 no_build_tools() {
   local found=() more=() t
   for t in gcc cc c99 clang make; do command -v "$t" >/dev/null && found+=("$t"); done
@@ -148,7 +158,7 @@ install)
   if run_test installed "$HERE/installed.log"; then
     ok "autopkgtest installed: $(grep -cE '^(ok|not ok) |\.\.\. (ok|FAILED)' "$HERE/installed.log") regression and isolation tests, CREATE EXTENSION, workers, without build tools"
   else
-    tail -60 "$HERE/installed.log" >&2
+    show_failure "$HERE/installed.log"
     failed "autopkgtest installed (log above)"
   fi
   grep -E 'tests passed|tests failed|^# All|^# [0-9]+ of|failed|worker:' "$HERE/installed.log" >&2
@@ -163,13 +173,7 @@ install)
     if run_test installcheck "$HERE/installcheck.log"; then
       ok "autopkgtest installcheck: pg_buildext installcheck ($(grep -cE '^(ok|not ok) |\.\.\. (ok|FAILED)' "$HERE/installcheck.log") regression and isolation tests)"
     else
-      # the diffs (debian/tests/installcheck prints them after pg_buildext's server log), else
-      # the end of the log
-      if grep -q '^\*\*\*\* ' "$HERE/installcheck.log"; then
-        sed -n '/^\*\*\*\* /,$p' "$HERE/installcheck.log" | head -300 >&2
-      else
-        tail -60 "$HERE/installcheck.log" >&2
-      fi
+      show_failure "$HERE/installcheck.log"
       failed "autopkgtest installcheck (log above)"
     fi
   fi
