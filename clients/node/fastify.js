@@ -26,9 +26,18 @@ async function idempoPlugin(fastify, defaults) {
   checkOptions(routeDefaults, 'idempo/fastify');
   fastify.decorateRequest('idempotency', null);
   // a route's options are checked when the route is added, not at its first request
+  // and its handler is wrapped to say that it ran: a route's own preHandler (an auth check) runs
+  // after the claim, and a refusal there, before the handler, called nothing (lease mode: the
+  // key is freed, not left to its lease)
   fastify.addHook('onRoute', (route) => {
     const own = route.config && route.config.idempotency;
-    if (own) checkOptions({ ...routeDefaults, ...own }, `idempo/fastify (${route.method} ${route.url})`);
+    if (!own) return;
+    checkOptions({ ...routeDefaults, ...own }, `idempo/fastify (${route.method} ${route.url})`);
+    const handler = route.handler;
+    route.handler = function idempoHandler(request, reply) {
+      if (request.idempoExchange) request.idempoExchange.handlerStarted = true;
+      return handler.call(this, request, reply);
+    };
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
@@ -44,6 +53,7 @@ async function idempoPlugin(fastify, defaults) {
     if (begun.answer) return sendAnswer(reply, begun.answer);
     request.idempotency = begun.acquired;
     request.idempoExchange = begun.exchange;
+    begun.exchange.handlerStarted = false;          // until the wrapped handler runs (onRoute)
     // a client that closes the connection before the reply changes nothing (see express.js)
     return undefined;
   });

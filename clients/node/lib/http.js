@@ -245,6 +245,17 @@ class Exchange {
     this.mode = options.mode ?? 'transaction';
     this.onError = checkOptions(options).onError ?? 'doubt';
     this.finished = false;
+    // whether the route's handler ran: undefined where the framework cannot tell (Express: a
+    // later middleware may refuse), false then true where it can (Fastify: the plugin wraps the
+    // handler).  Known not to have run, nothing was called: the attempt is failed retryable
+    // whatever onError says, rather than left to its lease and a person.
+    this.handlerStarted = undefined;
+  }
+
+  // mode 'lease': a reply not stored or no reply frees the key (fail retryable) with onError
+  // 'retry', or when the handler is known never to have run
+  _releases() {
+    return this.onError === 'retry' || this.handlerStarted === false;
   }
 
   // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
@@ -336,7 +347,8 @@ class Exchange {
   }
 
   // The handler's reply: stored and committed (resolves) or not (rolled back; with a lease the
-  // attempt is left to its lease, or failed as retryable with onError 'retry').  Rejects if the
+  // attempt is left to its lease, or failed as retryable with onError 'retry' or when the
+  // handler never ran).  Rejects if the
   // commit failed: the reply must not be sent.
   async finish(status, headers, body) {
     if (this.finished) return;
@@ -353,8 +365,9 @@ class Exchange {
       } else if (this.store(status)) {
         await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: this._result({ status, headers, body }) });
       }
-      if (!this.store(status) && this.onError === 'retry') {
-        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: `HTTP ${status}`, retryable: true })
+      if (!this.store(status) && this._releases()) {
+        const error = this.handlerStarted === false ? `HTTP ${status} before the handler ran` : `HTTP ${status}`;
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error, retryable: true })
           .catch((e) => this.idem.log.error(`idempo: fail(${this.scope}, ${this.key}) refused: ${e.message}`));
       }
     } finally {
@@ -365,7 +378,8 @@ class Exchange {
   // The request ended without a reply the middleware saw (the framework failed): undo.  The
   // transaction rolls back (mode 'transaction': the claim with it, the key is free again); mode
   // 'lease': the heartbeat stops and the attempt is left to its lease (the handler may have
-  // called the other system), or failed as retryable with onError 'retry'.
+  // called the other system), or failed as retryable with onError 'retry' or when the handler
+  // never ran.
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
@@ -373,8 +387,9 @@ class Exchange {
     if (this.txDone) await this.txDone.catch(() => {});
     if (this.mode === 'lease' && this.claim) {
       if (this.beat) await this.beat.stop();
-      if (this.onError === 'retry') {
-        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: 'no reply', retryable: true }).catch(() => {});
+      if (this._releases()) {
+        const error = this.handlerStarted === false ? 'no reply, before the handler ran' : 'no reply';
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error, retryable: true }).catch(() => {});
       }
     }
   }

@@ -140,3 +140,52 @@ test('onError neither \'doubt\' nor \'retry\': a TypeError when the middleware i
   await app3.ready();
   await app3.close();
 });
+
+// mode 'lease' on Fastify: a route's own preHandler (an auth check) runs after the plugin's
+// claim.  A refusal there comes before the handler, which is all that could have called the
+// other system: the key is freed (failed retryable), so that the client's retry with its
+// credentials mended runs, rather than 409 for the lease and then a key in review.  A refusal
+// by the handler itself is still left to the lease (onError 'doubt'): it may have called out.
+test('Fastify lease mode: a refusal before the handler frees the key; the handler\'s own is left to its lease', async () => {
+  const fastifyPlugin = require('../fastify');
+  const scope = await newScope(pool, 'lease.prehandler', "lease => '1 minute'");
+  const app = require('fastify')();
+  await app.register(fastifyPlugin, { idem });
+  let calls = 0;
+  const auth = async (request, reply) => {
+    if (request.headers.authorization !== 'Bearer ok') return reply.code(401).send({ error: 'log in' });
+    return undefined;
+  };
+  app.post('/pay', { config: { idempotency: { scope, mode: 'lease' } }, preHandler: auth }, async (request, reply) => {
+    calls += 1;
+    if (request.body && request.body.refuse) return reply.code(403).send({ error: 'the provider said no' });
+    return reply.code(201).send({ charged: calls });
+  });
+  await app.ready();
+  const pay = (key, headers, body = {}) => app.inject({
+    method: 'POST', url: '/pay', payload: body, headers: { 'idempotency-key': key, ...headers },
+  });
+  try {
+    const key = newKey();
+    assert.equal((await pay(key, {})).statusCode, 401);
+    assert.equal(calls, 0);
+    const refused = await idem.lookup(scope, key);
+    assert.equal(refused.status, 'retryable');
+    assert.match(refused.error, /HTTP 401 before the handler ran/);
+    const mended = await pay(key, { authorization: 'Bearer ok' });
+    assert.equal(mended.statusCode, 201);
+    assert.equal(calls, 1);
+    const done = await idem.lookup(scope, key);
+    assert.equal(done.status, 'succeeded');
+    assert.equal(done.attempt, 2);
+
+    const own = newKey();
+    assert.equal((await pay(own, { authorization: 'Bearer ok' }, { refuse: true })).statusCode, 403);
+    assert.equal(calls, 2);
+    assert.equal((await idem.lookup(scope, own)).status, 'in_progress');
+    assert.equal((await pay(own, { authorization: 'Bearer ok' }, { refuse: true })).statusCode, 409);
+    assert.equal(calls, 2);
+  } finally {
+    await app.close();
+  }
+});
