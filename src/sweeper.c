@@ -28,6 +28,7 @@
 #include "worker.h"
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
@@ -36,6 +37,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -129,12 +131,27 @@ sweep_round(void)
 	IdempoSweepCounts total;
 	IdempoSpiSession session;
 	int			batch = idempo_sweep_batch_size;
+	Oid			extension;
 
 	memset(&total, 0, sizeof(total));
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!OidIsValid(get_extension_oid("idempo", true)))
+	extension = get_extension_oid("idempo", true);
+	if (OidIsValid(extension))
+	{
+		/*
+		 * DROP EXTENSION locks the extension before it drops any member.
+		 * Held for the round, the lock makes a drop wait until the round has
+		 * committed, and a round that waited for a drop finds the extension
+		 * gone (taking the lock processed the drop's invalidations) instead
+		 * of failing on tables dropped under it.
+		 */
+		LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+		if (get_extension_oid("idempo", true) != extension)
+			extension = InvalidOid;
+	}
+	if (!OidIsValid(extension))
 	{
 		PopActiveSnapshot();
 		CommitTransactionCommand();
