@@ -2,17 +2,26 @@
 ORM writes and complete() commit in one transaction.atomic() block.
 
 settings.py:
-    MIDDLEWARE = [..., 'idempo.django.IdempotencyMiddleware']
+    MIDDLEWARE = [..., 'django.middleware.csrf.CsrfViewMiddleware', ...auth middlewares...,
+                  'idempo.django.IdempotencyMiddleware']
     IDEMPO_ROUTES = {'/orders': Route('http.orders'), '/payments': Route('http.payments', calls_out=True)}
     IDEMPO_DATABASE = 'default'            # optional
 
 A view finds its Context as request.idempo; in calls_out routes it calls request.idempo.begin()
 after the outside call, before its writes.  Behaviour and the storing rule: idempo.http.
+
+A request refused before its view ran frees its key (a calls_out route's attempt is failed
+retryable, whatever on_error says): Django runs the middlewares' process_view in MIDDLEWARE order
+after URL resolution and stops at the first that answers (CsrfViewMiddleware's 403), so ours,
+which marks the view started, runs only if every middleware listed above it let the request
+through.  List it after CsrfViewMiddleware and the auth middlewares: listed before them, their
+refusal is taken for the view's and left to the lease (safe, but the key waits for a person).
+A 404 from URL resolution never reaches process_view: freed too.
 """
 from __future__ import annotations
 
 from ._sync import Runner
-from .http import Refusal, Reply, Routes, cgi_headers, serve
+from .http import Context, Refusal, Reply, Routes, cgi_headers, serve
 
 
 class DjangoRunner(Runner):
@@ -85,6 +94,15 @@ class IdempotencyMiddleware:
 
         def app(ctx):
             request.idempo = ctx
+            ctx.started = False             # until process_view below says otherwise
             return _django_reply(self.get_response(request))
 
         return _http_response(serve(runner, runner.conn, route, info, key, app))
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        # Django's base handler calls this after the process_view of the middlewares listed
+        # above this one let the request through, just before the view
+        ctx = getattr(request, 'idempo', None)
+        if isinstance(ctx, Context):
+            ctx.started = True
+        return None

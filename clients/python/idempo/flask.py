@@ -11,7 +11,10 @@ request's Context as idempo.flask.current().
         conn = current().conn              # the claim's transaction: write here
         ...
 
-Behaviour and the storing rule: idempo.http.
+Behaviour and the storing rule: idempo.http.  A request refused before its view ran (a
+before_request function that returned a reply: an auth check's 401) frees its key: Flask calls
+dispatch_request only when no before_request function answered, and the view's start is marked
+there.
 """
 from __future__ import annotations
 
@@ -31,8 +34,20 @@ class Idempotency:
             self.init_app(app)
 
     def init_app(self, app):
-        app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
-                                             max_body=self.max_body)
+        middleware = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
+                                           max_body=self.max_body)
+        middleware.app_reports_start = True
+        app.wsgi_app = middleware
+        dispatch = app.dispatch_request
+
+        def dispatch_request(*args, **kwargs):
+            # full_dispatch_request calls this only when no before_request function answered
+            from flask import request
+            ctx = current()
+            if ctx is not None and request.routing_exception is None:
+                ctx.started = True
+            return dispatch(*args, **kwargs)
+        app.dispatch_request = dispatch_request
         app.extensions['idempo'] = self
 
 

@@ -19,7 +19,10 @@ rolls back (the handler's writes and the claim with them), and a retry runs afre
 calls_out form the other system may have acted: by default (on_error='doubt') the attempt is left
 to its lease (the key answers 409, then turns unknown: a person or a verifier decides); with
 on_error='retry', for another system that deduplicates by ctx.provider_key, the attempt is failed
-retryable and a retry calls it again.
+retryable and a retry calls it again.  A request that the framework refused before the view ran
+(Django's CSRF check, an auth check in Flask's before_request) called nothing: where the
+integration knows it (Context.started is False: idempo.django, idempo.flask) the attempt is
+failed retryable whatever on_error says.
 """
 from __future__ import annotations
 
@@ -139,7 +142,9 @@ class Route:
                  default: leave the attempt to its lease; the key answers 409, then turns
                  unknown, and a person or a verifier decides: the other system may have acted,
                  and a second call could do it twice) or 'retry' (fail(retryable), so the retry
-                 calls again: only for another system that deduplicates by ctx.provider_key)
+                 calls again: only for another system that deduplicates by ctx.provider_key).
+                 Either way a request refused before its view ran (Context.started is False:
+                 Django's CSRF check, Flask's before_request) is failed retryable
     lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
     retry_after  seconds in Retry-After of a busy 409
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
@@ -177,6 +182,10 @@ class Context:
     claim: Claim
     began: bool = False
     _begin: Any = None
+    # Whether the view started: None, the integration cannot tell (plain WSGI, ASGI); False, the
+    # framework has not run it (yet: a refusal before it, CSRF or auth, leaves it so); True, it
+    # ran.  A calls_out attempt whose view never started called nothing, and is freed.
+    started: Optional[bool] = None
 
     @property
     def provider_key(self) -> str:
@@ -369,12 +378,12 @@ def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     except BaseException as err:
         if ctx.began:
             yield F.Rollback()
-        yield from _release(route, claim, err)
+        yield from _release(route, claim, err, ctx.started)
         raise
     if not route.store(reply.status):
         if ctx.began:
             yield F.Rollback()
-        yield from _release(route, claim, f'HTTP {reply.status}, not stored')
+        yield from _release(route, claim, f'HTTP {reply.status} (not stored)', ctx.started)
         return reply
     if not ctx.began:
         yield F.Begin()
@@ -388,8 +397,12 @@ def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     return reply
 
 
-def _release(route, claim, why):
-    if route.on_error != 'retry':
+def _release(route, claim, why, started=None):
+    """Fail the attempt retryable if the route says so (on_error='retry'), or if its view never
+    started (nothing was called); otherwise leave it to its lease."""
+    if started is False:       # whatever on_error says: the other system was not called
+        why = RuntimeError(f'{why if isinstance(why, str) else F.error_text(why)} before the view ran')
+    elif route.on_error != 'retry':
         return
     yield from F.after_error(claim, lambda e: True, True, why if isinstance(why, BaseException) else RuntimeError(why))
 

@@ -71,7 +71,7 @@ MUTANTS = [
      'idempo/http.py', "        return problem(409, 'key-in-use',", "        return problem(422, 'key-in-use',",
      'tests/test_http.py::test_busy_409_while_the_first_is_in_its_transaction'),
     ('calls-out-no-release', 'a failed provider call leaves the attempt in_progress: the retry waits for the lease',
-     'idempo/http.py', "    if route.on_error != 'retry':\n        return", "    if True:\n        return",
+     'idempo/http.py', "    elif route.on_error != 'retry':\n        return", "    elif True:\n        return",
      'tests/test_http.py::test_provider_fails_502_then_attempt_2'),
     ('calls-out-retries-by-default', "Route(calls_out=True) fails the attempt retryable unless told otherwise: against a "
      'provider that does not deduplicate, the retry after a lost reply charges again',
@@ -168,6 +168,23 @@ MUTANTS = [
      'idempo/http.py', "NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})",
      "NOT_STORED_4XX = frozenset({400, 408, 409, 415, 422, 425, 429})",
      'tests/test_http.py::test_a_401_or_403_is_not_stored'),
+    ('unstarted-left-in-doubt', "a calls_out request refused before its view (Django's CSRF 403, Flask's before_request 401) "
+     'is left to the lease under on_error=doubt: the caller, its credentials mended, gets 409 and then a key in review',
+     'idempo/http.py', "    if started is False:", "    if False:",
+     'tests/test_http.py::test_refused_before_the_view_started_frees_the_key'),
+    ('django-view-start-unmarked', "Django's process_view does not mark the view started: a view that answered 403 or "
+     'raised (it may have called the other system) frees its key, and the retry calls again',
+     'idempo/django.py', "        if isinstance(ctx, Context):\n            ctx.started = True",
+     "        if isinstance(ctx, Context):\n            pass",
+     'tests/test_http.py::test_refused_by_the_view_that_started_is_left_in_doubt[django]'),
+    ('flask-view-start-unmarked', "Flask's dispatch_request wrapper does not mark the view started: a view that answered "
+     '403 or raised frees its key, and the retry calls again',
+     'idempo/flask.py', "                ctx.started = True", "                pass",
+     'tests/test_http.py::test_refused_by_the_view_that_started_is_left_in_doubt[flask]'),
+    ('wsgi-start-unknown', "idempo.flask's middleware leaves Context.started at None (cannot tell): a before_request "
+     '401 is left to the lease',
+     'idempo/wsgi.py', "                if self.app_reports_start:\n                    ctx.started = False\n", "",
+     'tests/test_http.py::test_refused_before_the_view_started_frees_the_key[flask]'),
     ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
      'build_backend.py', "def build_editable(", "def _build_editable(",
      'tests/test_install.py::test_an_editable_install_runs_the_clone'),

@@ -437,6 +437,56 @@ def test_killed_mid_request_the_retry_runs_after_the_lease(shop):
     assert one(db, 'SELECT count(*) FROM shop.payments WHERE order_id = %s', [order_id]) == 1
 
 
+# The integrations that know whether the view started: Django (process_view, after
+# CsrfViewMiddleware) and Flask (dispatch_request, after before_request).  ASGI cannot tell.
+KNOWS_THE_VIEW_STARTED = {'asgi': False, 'flask': True, 'django': True}
+
+
+def test_refused_before_the_view_started_frees_the_key(shop):
+    """POST /transfers (calls_out, on_error='doubt') refused by the check before its view:
+    Django's CSRF check (403), Flask's before_request (401).  Nothing was called, so the key is
+    freed: the caller, its credentials mended, runs attempt 2 with the same key.  It was left to
+    the lease: 409 while it ran, then a key in review.  Under ASGI (a FastAPI dependency's 401)
+    the middleware cannot tell, and the key is left to the lease as before."""
+    service, db, _ = shop
+    k, body = new_key(), {'to': 'acct-7'}
+    status, _, answer = service.post('/transfers', body, k)
+    assert status == (403 if service.kind == 'django' else 401), (status, answer)
+    expect(status_of(db, 'http.payments', k), 'retryable' if KNOWS_THE_VIEW_STARTED[service.kind] else 'in_progress')
+    status, _, answer = service.post('/transfers', body, k, headers=common_credentials())
+    if KNOWS_THE_VIEW_STARTED[service.kind]:
+        assert status_of(db, 'http.payments', k) == 'succeeded'
+        assert (status, json.loads(answer)) == (201, {'to': 'acct-7'})
+        assert one(db, "SELECT attempt FROM idempo.lookup('http.payments', %s)", [k]) == 2
+    else:
+        assert (status, json.loads(answer)['code']) == (409, 'key-in-use')
+        assert status_of(db, 'http.payments', k) == 'in_progress'
+
+
+def test_refused_by_the_view_that_started_is_left_in_doubt(shop):
+    """The converse: the check let the request through and the view itself answered 403 (not
+    stored) or raised (500).  It may have called another system: on_error='doubt' leaves the
+    attempt to its lease, on every framework."""
+    service, db, _ = shop
+    for to, expected in (('blocked', 403), ('crash', 500)):
+        k = new_key()
+        status, _, answer = service.post('/transfers', {'to': to}, k, headers=common_credentials())
+        assert status == expected, (to, status, answer)
+        assert status_of(db, 'http.payments', k) == 'in_progress', to
+        assert one(db, "SELECT lease_expires_at > idempo.now() FROM idempo.lookup('http.payments', %s)", [k])
+        status, _, answer = service.post('/transfers', {'to': to}, k, headers=common_credentials())
+        assert (status, json.loads(answer)['code']) == (409, 'key-in-use'), (to, status, answer)
+
+
+def common_credentials():
+    """What the shop's check before /transfers wants (tests/shop/common.py's CREDENTIALS)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('shop_common', os.path.join(HERE, 'shop', 'common.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CREDENTIALS
+
+
 def test_calls_out_by_default_leaves_a_lost_reply_to_its_lease(dbname, db, scope):
     """Route(calls_out=True) with no on_error, against a provider that does not deduplicate:
     the first call charges and its reply is lost.  The attempt is left to its lease: the key

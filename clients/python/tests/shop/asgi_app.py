@@ -2,7 +2,7 @@
 import asyncio
 import os
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from idempo.asgi import IdempotencyMiddleware, connect
@@ -45,3 +45,16 @@ async def pay(request: Request):
     await ctx.begin()              # the payment row and complete() commit together
     cur = await ctx.conn.execute(common.PAYMENT_SQL, common.payment_args(body, charge))
     return JSONResponse(common.row(common.PAYMENT_COLUMNS, await cur.fetchone()), status_code=201)
+
+
+def authenticated(request: Request):
+    if 'authorization' not in request.headers:
+        raise HTTPException(401, 'log in first')
+
+
+# the dependency refuses inside the app, where the ASGI middleware cannot see whether the view
+# started: its key is left to the lease, as any reply that is not stored
+@app.post('/transfers', dependencies=[Depends(authenticated)])
+async def transfer(request: Request):
+    status, body = common.transfer(await request.json())
+    return JSONResponse(body, status_code=status)

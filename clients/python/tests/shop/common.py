@@ -53,7 +53,25 @@ ROUTES = {
                        docs=DOCS),
     # the key from payload fields instead of a header: {"order_id", "line"}
     '/reservations': Route('http.orders', key_header=None, key_fields=('order_id', 'line'), docs=DOCS),
+    # calls_out with the default on_error='doubt', behind a check that runs before the view
+    # (Django's CSRF check, Flask's before_request, a FastAPI dependency): see transfer()
+    '/transfers': Route('http.payments', calls_out=True, docs=DOCS),
 }
+
+# What the check before /transfers' view wants: Authorization (Flask, FastAPI), or the CSRF
+# cookie and the same token in X-CSRFToken (Django).
+CSRF_TOKEN = 'k' * 64
+CREDENTIALS = [('Authorization', 'Bearer shop'), ('Cookie', f'csrftoken={CSRF_TOKEN}'), ('X-CSRFToken', CSRF_TOKEN)]
+
+
+def transfer(body):
+    """/transfers' view, once its check let the request through: {"to": "blocked"} is refused by
+    the view itself (403, not stored), {"to": "crash"} raises; otherwise 201.  -> (status, body)"""
+    if body['to'] == 'crash':
+        raise RuntimeError('the view failed after it started')
+    if body['to'] == 'blocked':
+        return 403, {'detail': 'this account may not receive transfers'}
+    return 201, {'to': body['to']}
 
 PAYMENT_FAILED = ('upstream-failed', 'The payment provider did not answer',
                   'Nothing was recorded; retry with the same Idempotency-Key.')
