@@ -189,3 +189,32 @@ test('Fastify lease mode: a refusal before the handler frees the key; the handle
     await app.close();
   }
 });
+
+// The same plugin registered without await (as docs/node.md shows it) and the route added at
+// once: Fastify runs onRoute hooks when the route is added, before the plugin has loaded, so the
+// route's handler is not wrapped, yet the plugin's preHandler (taken at ready) claims for it.
+// The handler ran and called the other system; its refusal must be left to the lease, not taken
+// for a refusal before the handler (which frees the key: the retry charges again).
+test('Fastify lease mode, plugin registered without await: a handler\'s refusal is left to its lease', async () => {
+  const fastifyPlugin = require('../fastify');
+  const scope = await newScope(pool, 'lease.noawait', "lease => '1 minute'");
+  const app = require('fastify')();
+  app.register(fastifyPlugin, { idem });
+  let calls = 0;
+  app.post('/pay', { config: { idempotency: { scope, mode: 'lease' } } }, async (request, reply) => {
+    calls += 1;                                               // the provider charged, then failed
+    return reply.code(502).send({ error: 'the provider timed out' });
+  });
+  await app.ready();
+  try {
+    const key = newKey();
+    const pay = () => app.inject({ method: 'POST', url: '/pay', payload: {}, headers: { 'idempotency-key': key } });
+    assert.equal((await pay()).statusCode, 502);
+    assert.equal(calls, 1);
+    assert.equal((await idem.lookup(scope, key)).status, 'in_progress');
+    assert.equal((await pay()).statusCode, 409);
+    assert.equal(calls, 1, 'the retry must not call the provider again');
+  } finally {
+    await app.close();
+  }
+});
