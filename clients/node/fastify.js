@@ -14,6 +14,9 @@
 // before it is sent.
 const { answerFor, beginRequest, checkOptions } = require('./lib/http');
 
+// in the config of a route whose handler onRoute wrapped
+const WRAPPED = Symbol('idempo.handlerWrapped');
+
 function sendAnswer(reply, answer) {
   reply.code(answer.status);
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
@@ -34,6 +37,7 @@ async function idempoPlugin(fastify, defaults) {
     if (!own) return;
     checkOptions({ ...routeDefaults, ...own }, `idempo/fastify (${route.method} ${route.url})`);
     const handler = route.handler;
+    route.config = { ...route.config, [WRAPPED]: true };
     route.handler = function idempoHandler(request, reply) {
       if (request.idempoExchange) request.idempoExchange.handlerStarted = true;
       return handler.call(this, request, reply);
@@ -53,7 +57,9 @@ async function idempoPlugin(fastify, defaults) {
     if (begun.answer) return sendAnswer(reply, begun.answer);
     request.idempotency = begun.acquired;
     request.idempoExchange = begun.exchange;
-    begun.exchange.handlerStarted = false;          // until the wrapped handler runs (onRoute)
+    // until the wrapped handler runs (onRoute); a route added before the plugin loaded
+    // (register without await) was not wrapped: whether its handler ran is not known
+    if (config[WRAPPED]) begun.exchange.handlerStarted = false;
     // a client that closes the connection before the reply changes nothing (see express.js)
     return undefined;
   });
