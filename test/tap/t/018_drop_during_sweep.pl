@@ -68,4 +68,32 @@ unlike($log, qr/sweep round in database "postgres" failed/, 'no sweep round fail
 unlike($log, qr/cache lookup failed|deadlock detected/, 'nothing failed on the dropped tables');
 
 $node->stop;
+
+# A round that starts while a DROP EXTENSION is under way (not yet committed) waits for the
+# extension's lock; when the drop commits, the round must see the extension gone and leave,
+# not go on against the dropped tables.
+my $node2 = PostgreSQL::Test::Cluster->new('round_waits_for_drop');
+$node2->init;
+$node2->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'idempo'
+idempo.sweep_interval = '100ms'
+});
+$node2->start;
+$node2->safe_psql('postgres', q{CREATE EXTENSION idempo});
+$node2->poll_query_until('postgres', "SELECT $sweeper_pid IS NOT NULL")
+  or die 'no sweeper serves the database';
+my $drop = $node2->background_psql('postgres');
+$drop->query_safe('BEGIN; DROP EXTENSION idempo');
+my $log2_offset = -s $node2->logfile;
+ok($node2->poll_query_until('postgres', qq{
+SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $sweeper_pid AND NOT granted
+                  AND locktype = 'object' AND classid = 'pg_extension'::regclass)}),
+   'a round that started during the drop waits for the extension\'s lock');
+$drop->query_safe('COMMIT');
+$drop->quit;
+ok($node2->poll_query_until('postgres', "SELECT $sweeper_pid IS NULL"), 'the sweeper leaves after the drop');
+my $log2 = slurp_file($node2->logfile, $log2_offset);
+unlike($log2, qr/sweep round in database "postgres" failed/, 'the round that waited did not fail');
+unlike($log2, qr/cache lookup failed|does not exist|deadlock detected/, 'nor touched the dropped tables');
+$node2->stop;
 done_testing();
