@@ -745,3 +745,34 @@ def test_asgi_routes_on_the_path_without_its_root_path():
     assert post('/orders', '/api') == 400              # a server that strips it (uvicorn < 0.26)
     assert post('/api/ordersx', '/api') == 201 and post('/apix/orders', '/api') == 201
     assert ran == ['/api/ordersx', '/apix/orders']
+
+
+def test_flask_mounted_app_view_that_ran_is_not_taken_for_a_refusal(dbname, db, scope):
+    """idempo.flask marks the view started in *its* app's dispatch_request.  A second Flask app
+    mounted under the first (werkzeug's DispatcherMiddleware, applied before Idempotency) serves
+    /api/pay: its view runs and calls the provider, which answers 502 (not stored).  The view
+    ran, so with on_error='doubt' the attempt must be left to its lease: freed, the retry
+    charges a second time."""
+    flask = pytest.importorskip('flask')
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+    from idempo.flask import Idempotency
+    from idempo.http import Route
+    from idempo.wsgi import connect
+    s = scope()
+    charges = []
+    api = flask.Flask('api')
+
+    @api.post('/pay')
+    def pay():
+        charges.append(1)                               # the provider charged, then failed
+        return flask.jsonify({'error': 'the provider timed out'}), 502
+
+    main = flask.Flask('main')
+    main.wsgi_app = DispatcherMiddleware(main.wsgi_app, {'/api': api})
+    Idempotency(main, routes={'/api/pay': Route(s, calls_out=True)}, connection=connect(dbname=dbname))
+    client = main.test_client()
+    key = new_key()
+    assert client.post('/api/pay', json={}, headers={'Idempotency-Key': key}).status_code == 502
+    assert status_of(db, s, key) == 'in_progress'
+    assert client.post('/api/pay', json={}, headers={'Idempotency-Key': key}).status_code == 409
+    assert charges == [1]
