@@ -36,9 +36,16 @@ class Idempotency:
     def init_app(self, app):
         middleware = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
                                            max_body=self.max_body)
-        middleware.app_reports_start = True
         app.wsgi_app = middleware
-        dispatch = app.dispatch_request
+        full_dispatch, dispatch = app.full_dispatch_request, app.dispatch_request
+
+        def full_dispatch_request(*args, **kwargs):
+            # this app, not another one mounted inside app.wsgi_app (DispatcherMiddleware), handles
+            # the request: from here on it can tell whether its view started (None until then)
+            ctx = current()
+            if ctx is not None and ctx.started is None:
+                ctx.started = False
+            return full_dispatch(*args, **kwargs)
 
         def dispatch_request(*args, **kwargs):
             # full_dispatch_request calls this only when no before_request function answered
@@ -47,6 +54,7 @@ class Idempotency:
             if ctx is not None and request.routing_exception is None:
                 ctx.started = True
             return dispatch(*args, **kwargs)
+        app.full_dispatch_request = full_dispatch_request
         app.dispatch_request = dispatch_request
         app.extensions['idempo'] = self
 

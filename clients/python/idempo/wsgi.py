@@ -55,10 +55,6 @@ class IdempotencyMiddleware:
         self.connection = connection
         self.max_body = max_body
         self.version = None
-        # True when the app sets its Context's started to True as its view starts (idempo.flask
-        # sets it): the Context then starts at False, and a refusal before the view frees the key.
-        # A plain WSGI app cannot say: None, as any reply.
-        self.app_reports_start = False
 
     def __call__(self, environ, start_response):
         route = self.routes.match(environ['REQUEST_METHOD'], environ.get('PATH_INFO', ''))
@@ -93,8 +89,6 @@ class IdempotencyMiddleware:
 
             def app(ctx):
                 environ[ENVIRON_KEY] = ctx
-                if self.app_reports_start:
-                    ctx.started = False
                 environ['wsgi.input'] = io.BytesIO(body)
                 return self._run_app(environ)
 

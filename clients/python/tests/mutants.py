@@ -181,9 +181,9 @@ MUTANTS = [
      '403 or raised frees its key, and the retry calls again',
      'idempo/flask.py', "                ctx.started = True", "                pass",
      'tests/test_http.py::test_refused_by_the_view_that_started_is_left_in_doubt[flask]'),
-    ('wsgi-start-unknown', "idempo.flask's middleware leaves Context.started at None (cannot tell): a before_request "
+    ('flask-start-unknown', "idempo.flask leaves Context.started at None (cannot tell): a before_request "
      '401 is left to the lease',
-     'idempo/wsgi.py', "                if self.app_reports_start:\n                    ctx.started = False\n", "",
+     'idempo/flask.py', "            if ctx is not None and ctx.started is None:\n                ctx.started = False\n", "",
      'tests/test_http.py::test_refused_before_the_view_started_frees_the_key[flask]'),
     ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
      'build_backend.py', "def build_editable(", "def _build_editable(",
