@@ -10,13 +10,20 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('drop_during_sweep');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+# a started cluster that preloads idempo and sweeps every 100 ms
+sub sweeping_node
+{
+	my $n = PostgreSQL::Test::Cluster->new(shift);
+	$n->init;
+	$n->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'idempo'
 idempo.sweep_interval = '100ms'
 });
-$node->start;
+	$n->start;
+	return $n;
+}
+
+my $node = sweeping_node('drop_during_sweep');
 $node->safe_psql('postgres', q{
 CREATE EXTENSION idempo;
 SELECT idempo.create_scope('s', lease => '1 minute');
@@ -72,13 +79,7 @@ $node->stop;
 # A round that starts while a DROP EXTENSION is under way (not yet committed) waits for the
 # extension's lock; when the drop commits, the round must see the extension gone and leave,
 # not go on against the dropped tables.
-my $node2 = PostgreSQL::Test::Cluster->new('round_waits_for_drop');
-$node2->init;
-$node2->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'idempo'
-idempo.sweep_interval = '100ms'
-});
-$node2->start;
+my $node2 = sweeping_node('round_waits_for_drop');
 $node2->safe_psql('postgres', q{CREATE EXTENSION idempo});
 $node2->poll_query_until('postgres', "SELECT $sweeper_pid IS NOT NULL")
   or die 'no sweeper serves the database';
