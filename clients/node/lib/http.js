@@ -258,6 +258,11 @@ class Exchange {
     return this.onError === 'retry' || this.handlerStarted === false;
   }
 
+  // the error a released attempt records: why, and that nothing ran where that is known
+  _releaseError(why) {
+    return this.handlerStarted === false ? `${why} before the handler ran` : why;
+  }
+
   // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
   async begin() {
     await this.idem.ensureVersion();
@@ -366,8 +371,7 @@ class Exchange {
         await this.idem.complete(this.scope, this.key, { attempt: this.claim.attempt, result: this._result({ status, headers, body }) });
       }
       if (!this.store(status) && this._releases()) {
-        const error = this.handlerStarted === false ? `HTTP ${status} before the handler ran` : `HTTP ${status}`;
-        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error, retryable: true })
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: this._releaseError(`HTTP ${status}`), retryable: true })
           .catch((e) => this.idem.log.error(`idempo: fail(${this.scope}, ${this.key}) refused: ${e.message}`));
       }
     } finally {
@@ -388,8 +392,7 @@ class Exchange {
     if (this.mode === 'lease' && this.claim) {
       if (this.beat) await this.beat.stop();
       if (this._releases()) {
-        const error = this.handlerStarted === false ? 'no reply, before the handler ran' : 'no reply';
-        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error, retryable: true }).catch(() => {});
+        await this.idem.fail(this.scope, this.key, { attempt: this.claim.attempt, error: this._releaseError('no reply'), retryable: true }).catch(() => {});
       }
     }
   }

@@ -34,9 +34,8 @@ class Idempotency:
             self.init_app(app)
 
     def init_app(self, app):
-        middleware = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
-                                           max_body=self.max_body)
-        app.wsgi_app = middleware
+        app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes=self.routes, connection=self.connection,
+                                             max_body=self.max_body)
         full_dispatch, dispatch = app.full_dispatch_request, app.dispatch_request
 
         def full_dispatch_request(*args, **kwargs):
