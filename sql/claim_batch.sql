@@ -44,8 +44,7 @@ BEGIN;
 SELECT position, key, duplicate_of, outcome, status, attempt, conflict_id IS NOT NULL AS has_conflict
 FROM idempo.claim_batch('b', ARRAY['d-1', 'm-1', 'd-1', 'd-2', 'd-1', 'm-1', 'd-2'],
                         ARRAY['{"n":1}', '{"n":1}', '{"n":1}', '{"n":2}', '{"n":7}', '{"n":1}', NULL]::jsonb[]);
--- the duplicates with the same params were not claimed again: d-1 was claimed by its first
--- occurrence and by the one with other params (the conflict), d-2 once
+-- each occurrence was claimed (an event each), as single claims of it in one transaction are
 SELECT key, count(*) FROM idempo.events WHERE key LIKE 'd-%' GROUP BY key ORDER BY key;
 SELECT key, incoming_params FROM idempo.conflicts WHERE key LIKE 'd-%';
 -- a batch finish of a key given twice is refused (leave out the duplicate_of elements)
@@ -213,6 +212,27 @@ SELECT regress.err($$SELECT outcome FROM idempo.claim('b.require', 'q-1')$$);
 SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.require', ARRAY['q-1'])$$);
 SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.require', ARRAY['q-2', 'q-1'], ARRAY['{"n": 2}', NULL]::jsonb[])$$);
 SELECT position, outcome FROM idempo.claim_batch('b.require', ARRAY['q-1'], ARRAY['{"n": 1}']::jsonb[]);
+-- a repeated key is decided as a single claim of it is: the one without params is refused too
+SELECT regress.err($$SELECT * FROM idempo.claim_batch('b.require', ARRAY['q-1', 'q-1'], ARRAY['{"n": 1}', NULL]::jsonb[])$$);
+
+-- A repeated key is compared with the stored request, not with its first occurrence: the first
+-- without params replays, the second with other params is a conflict, recorded (outside audit
+-- scopes too, where one read of the batch's keys answers the replays)
+SELECT name FROM idempo.create_scope('b.pay', retention => '1 hour', store_params => true);
+SELECT outcome FROM idempo.claim('b.pay', 'order-7', '{"amount": 10}');
+SELECT idempo.complete('b.pay', 'order-7', 1, '{"paid": 10}');
+SELECT position, duplicate_of, outcome, result, conflict_id IS NOT NULL AS has_conflict
+FROM idempo.claim_batch('b.pay', ARRAY['order-7', 'order-7'], ARRAY[NULL, '{"amount": 99}']::jsonb[]);
+SELECT key, stored_params, incoming_params FROM idempo.conflicts WHERE scope = 'b.pay';
+-- the same elements as single claims answer the same
+SELECT outcome FROM idempo.claim('b.pay', 'order-7');
+SELECT outcome, conflict_id IS NOT NULL AS has_conflict FROM idempo.claim('b.pay', 'order-7', '{"amount": 99}');
+-- a new key given twice, first without params: acquired once, the second is busy (it holds no
+-- other request than the one the first stored: none)
+BEGIN;
+SELECT position, duplicate_of, outcome FROM idempo.claim_batch('b.pay', ARRAY['order-8', 'order-8', 'order-8'],
+  ARRAY[NULL, '{"amount": 5}', NULL]::jsonb[]);
+ROLLBACK;
 
 SELECT * FROM idempo.check_consistency();
 DROP OWNED BY regress_batch_app, regress_batch_other;

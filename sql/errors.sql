@@ -24,8 +24,11 @@ SELECT regress.err(stmt) FROM (VALUES
     ($$SELECT idempo.claim('e', NULL)$$),
     ($$SELECT idempo.claim('e', '')$$),
     ($$SELECT idempo.claim('e', E' \t\n')$$),
+    ($$SELECT idempo.claim('e', E'\x0b')$$),
+    ($$SELECT idempo.claim_batch('e', ARRAY['ok', E'\x0b\t'])$$),
     ($$SELECT idempo.claim(' ', 'k')$$),
     ($$SELECT idempo.create_scope('  ')$$),
+    ($$SELECT idempo.create_scope(E'\x0b')$$),
     ($$SELECT idempo.claim('e', repeat('k', 1025))$$),
     ($$SELECT idempo.claim('e', 'k', '{"a":1}', fingerprint => sha256('x'))$$),
     ($$SELECT idempo.claim('e', 'k', fingerprint => '\x0102')$$),
@@ -45,3 +48,9 @@ SELECT regress.err($$SELECT idempo.claim('e', repeat('é', 513))$$);
 DELETE FROM idempo.operations WHERE key = repeat('k', 1024);
 
 SELECT pg_temp.snapshot() = s AS nothing_changed FROM before;
+
+-- Whitespace is ASCII's six (space, tab, newline, vertical tab, form feed, carriage return); the
+-- letter v is not one of them: a scope or key 'v' is a name like any other.
+SELECT name FROM idempo.create_scope('v', retention => '1 hour', lease => '1 minute');
+SELECT outcome FROM idempo.claim('v', 'v');
+SELECT position, outcome FROM idempo.claim_batch('e', ARRAY['v', E'v\x0b']);

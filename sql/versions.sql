@@ -38,6 +38,8 @@ RESET idempo.allow_drop_with_records;
 CREATE EXTENSION idempo VERSION '0.2.0';
 RESET client_min_messages;
 SELECT name FROM idempo.create_scope('dep', retention => '1 day', lease => '5 minutes');
+-- a scope named 'v' (0.2.0 checked no whitespace) stays a scope that can be altered after the update
+SELECT name FROM idempo.create_scope('v', retention => '1 day', lease => '5 minutes');
 CREATE VIEW regress_claim_view AS SELECT outcome FROM idempo.claim('dep', 'v');
 CREATE FUNCTION regress_claim_atomic(k text) RETURNS idempo.claim_result LANGUAGE sql
 BEGIN ATOMIC; SELECT idempo.claim('dep', k); END;
@@ -56,6 +58,7 @@ ALTER EXTENSION idempo UPDATE;
 SELECT extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'idempo') AS updated
 FROM pg_extension WHERE extname = 'idempo';
 SELECT regress_claim_plain('p1') AS plain_function_still_works;
+SELECT name, lease FROM idempo.alter_scope('v', lease => '6 minutes');
 DROP FUNCTION regress_claim_plain(text);
 SELECT * FROM idempo.check_consistency();
 

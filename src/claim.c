@@ -301,6 +301,13 @@ decide_unknown(const ClaimArgs *a, OpRow *r, bool *took)
 	return OUTCOME_UNKNOWN;
 }
 
+/* A finished record's answer: a remembered key finished, its result is gone; it must not run again. */
+static IdempoOutcome
+finished_answer(const OpRow *r)
+{
+	return op_row_remembered(r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
+}
+
 /*
  * The rules for an existing record (locked FOR UPDATE, or only read in a
  * read-only transaction), in the spec's order.  Writes the record if it
@@ -419,8 +426,7 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 			break;
 		case STATUS_SUCCEEDED:
 		case STATUS_FAILED:
-			/* a remembered key: it finished, its result is gone; it must not run again */
-			ans->outcome = op_row_remembered(r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
+			ans->outcome = finished_answer(r);
 			break;
 		case STATUS_IN_REVIEW:
 			ans->outcome = OUTCOME_IN_REVIEW;
@@ -430,6 +436,35 @@ decide_existing(ClaimAnswer *ans, const ClaimArgs *a)
 		case NUM_STATUSES:
 			elog(ERROR, "unexpected status %d", (int) r->status);
 	}
+}
+
+/*
+ * The answer decide_existing() gives a record read without a lock, where
+ * that answer needs no write and nothing about the key is this
+ * transaction's: a finished record not due for expiry, requested with its
+ * fingerprint or none, in a scope that does not refuse the request for want
+ * of one.  False where claim() must decide (it may write, record a
+ * conflict, refuse, or answer the key this transaction holds).  The caller
+ * knows that no other transaction is changing or holding the record.
+ * claim_batch answers the keys its one read finds through this.
+ */
+bool
+idempo_claim_answer_from_read(const IdempoScope *scope, const char *key, const uint8 *fingerprint,
+							  const OpRow *r, TimestampTz now, IdempoOutcome *outcome)
+{
+	TimestampTz next_due;
+	int32		attempt;
+	bool		on_commit;
+
+	if ((scope->require_fingerprint && fingerprint == NULL) ||
+		!idempo_status_finished(r->status) ||
+		op_expiry(r, scope, now, &next_due) != EXPIRY_NONE ||
+		idempo_txn_holds(scope->name, key, &attempt, &on_commit) ||
+		(fingerprint != NULL && r->has_fingerprint &&
+		 memcmp(fingerprint, r->fingerprint, IDEMPO_DIGEST_LEN) != 0))
+		return false;
+	*outcome = finished_answer(r);
+	return true;
 }
 
 /* The claim in a read-only transaction: no lock, no write (see must_write()). */
@@ -763,6 +798,40 @@ lease_arg(FunctionCallInfo fcinfo, int argno, ClaimArgs *a)
 }
 
 /*
+ * Whether claims here give only the answers that need no write: a read-only
+ * transaction, a standby, or a subscriber of the publisher's records.
+ */
+bool
+idempo_claim_read_only(void)
+{
+	return XactReadOnly || idempo_records_subscription() != NULL;
+}
+
+/*
+ * The lock on idempo.operations that a claim's write takes anyway, taken
+ * before the scope is read, as idempo_scope_get_for_write() does and for
+ * the reason it gives: a claim that read the scope before an alter_scope()
+ * of how keys are stored (hash_keys), fingerprinted or scheduled never
+ * writes after it.  claim() and claim_batch() (before it reads the scope
+ * for its keys' stored form and fingerprints) take it here; a read-only
+ * claim writes nothing and takes none.  wait => false must not queue
+ * behind a lock on the whole table either (CREATE INDEX, VACUUM FULL, ALTER
+ * TABLE, LOCK TABLE, alter_scope): that is not 'busy' (nobody holds the
+ * key), so false is returned and the claim refuses, as NOWAIT does, once
+ * its arguments are checked.
+ */
+bool
+idempo_claim_lock(bool wait)
+{
+	if (wait)
+	{
+		LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
+		return true;
+	}
+	return ConditionalLockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
+}
+
+/*
  * idempo.claim(scope, key, params, fingerprint, run_id, intent_at, wait,
  *				complete_on_commit, lease) RETURNS idempo.claim_result
  */
@@ -792,27 +861,9 @@ idempo_claim(PG_FUNCTION_ARGS)
 
 	idempo_spi_begin(&session);
 	a.user = session.save_userid;
-	a.read_only = XactReadOnly || idempo_records_subscription() != NULL;
-
-	/*
-	 * The lock on idempo.operations that the claim's write takes anyway,
-	 * taken before the scope is read, as idempo_scope_get_for_write() does
-	 * and for the reason it gives: a claim that read the scope before an
-	 * alter_scope() of how records are stored or scheduled never writes
-	 * after it.  A read-only claim writes nothing and takes no lock.
-	 * wait => false must not queue behind a lock on the whole table either
-	 * (CREATE INDEX, VACUUM FULL, ALTER TABLE, LOCK TABLE, alter_scope):
-	 * that is not 'busy' (nobody holds the key), so it is refused, as NOWAIT
-	 * does, once the arguments are checked.
-	 */
+	a.read_only = idempo_claim_read_only();
 	if (!a.read_only)
-	{
-		if (PG_ARGISNULL(6) || PG_GETARG_BOOL(6))
-			LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
-		else
-			table_locked = !ConditionalLockRelationOid(idempo_catalog()->operations_relid,
-													   RowExclusiveLock);
-	}
+		table_locked = !idempo_claim_lock(PG_ARGISNULL(6) || PG_GETARG_BOOL(6));
 	a.scope = idempo_scope_get(scope_name);
 	/* the key outlives the SPI session: conflicts.c records it after idempo_spi_end() */
 	a.key = MemoryContextStrdup(callcxt, idempo_key_arg(fcinfo, 1, a.scope));

@@ -18,15 +18,17 @@
  *	 deadlock.  complete_batch and fail_batch go in the same order.
  * - Duplicates.  A key that occurs again in the same batch (the same stored
  *	 key) must not tell a second element to do the work.  Its later
- *	 occurrences carry duplicate_of, the position of the first.  With the
- *	 same params as the first (the same fingerprint, or either has none)
- *	 one gets the first occurrence's answer without another claim, except
- *	 that 'acquired' and 'unknown' -- the answers that hand out the work --
- *	 become 'busy': the element at duplicate_of holds it.  With other
- *	 params it is claimed as a second claim in the same transaction would
- *	 be (usually a 'conflict' with the first's record, recorded); should
- *	 that ever hand out work an earlier occurrence already got, it too
- *	 answers 'busy'.
+ *	 occurrences carry duplicate_of, the position of the first, and each is
+ *	 decided by claim() as a single claim of it later in the same
+ *	 transaction would be: against the stored request, so a different
+ *	 request is a 'conflict' (recorded) and a missing one is refused where
+ *	 the scope requires a fingerprint.  Then 'acquired' and 'unknown' -- the
+ *	 answers that hand out the work -- become 'busy' where an earlier
+ *	 occurrence of the key was handed it.
+ * - Scope.  A batch that may write takes claim()'s lock on
+ *	 idempo.operations (idempo_claim_lock()) before it reads the scope for
+ *	 its keys' stored form (hash_keys), so that an alter_scope() it waited
+ *	 for applies to every element, as to a claim.
  * - Waiting.  wait applies to each element as to a single claim: with
  *	 wait => false a key held elsewhere answers 'busy' and the others go
  *	 on; with wait => true the batch waits for another transaction's
@@ -37,7 +39,7 @@
  *	 being changed or locked by another running transaction (a release: claim()
  *	 would wait for it), and requested with the same fingerprint (or none),
  *	 is answered 'replay' (or 'expired', a remembered key) from that read,
- *	 as claim() answers it:
+ *	 by claim()'s own rule (idempo_claim_answer_from_read()):
  *	 that answer writes nothing, and a read-only claim gives it from the same
  *	 plain read.  Everything else -- new keys, unfinished records, expiry
  *	 due, a differing fingerprint, a key this transaction acquired -- goes
@@ -302,13 +304,14 @@ elem_cmp_key(const void *a, const void *b)
 
 /*
  * The elements in canonical order, with their stored keys and duplicates
- * marked; for a batch of claims (params != NULL or fingerprints wanted)
- * also the fingerprints of the keys that occur more than once.  Runs in an
- * SPI session of its own: the scope is valid only inside it.
+ * marked.  Runs in an SPI session of its own: the scope is valid only
+ * inside it.  A batch that writes reads it here after taking the claim's
+ * lock (idempo_claim_lock()), so that the stored keys are those of the
+ * scope its inserts and claims see.
  */
 static BatchElem **
-batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *params,
-			bool claims, BatchElem **elems_out, BatchContext *ctx)
+batch_order(const char *scope_name, const BatchArray *keys, BatchElem **elems_out,
+			BatchContext *ctx)
 {
 	IdempoSpiSession session;
 	const IdempoScope *scope;
@@ -351,20 +354,6 @@ batch_order(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 		if (strcmp(prev->stored, e->stored) != 0)
 			continue;
 		e->first = prev->first >= 0 ? prev->first : prev->pos;
-		if (!claims)
-			continue;
-		/* the fingerprints the duplicate rule compares, as the claim computes them */
-		if (params->values != NULL && !params->nulls[e->first] && !elems[e->first].has_fingerprint)
-		{
-			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->first]),
-									 elems[e->first].fingerprint);
-			elems[e->first].has_fingerprint = true;
-		}
-		if (params->values != NULL && !params->nulls[e->pos])
-		{
-			idempo_claim_fingerprint(scope, DatumGetJsonbP(params->values[e->pos]), e->fingerprint);
-			e->has_fingerprint = true;
-		}
 	}
 	idempo_spi_end(&session);
 	*elems_out = elems;
@@ -396,12 +385,11 @@ probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 	BatchElem **found;
 	BatchElem  *e;
 	OpRow		r = *rp;
-	TimestampTz next_due;
 	IdempoOutcome outcome;
 	Datum		values[CR_MAX];
 	bool		nulls[CR_MAX];
-	int32		attempt;
-	bool		on_commit;
+	uint8		fingerprint[IDEMPO_DIGEST_LEN];
+	bool		has_params;
 
 	/* the first occurrence of the key: the first in order with that stored key */
 	probe_key.stored = (char *) stored;
@@ -419,29 +407,19 @@ probe_record(const char *stored, OpRow *rp, bool in_flux, void *arg)
 	e->found = true;
 
 	/*
-	 * Answered here only as claim() would answer it now: not a version
-	 * another running transaction is deleting (a release), updating or has
-	 * locked, which claim() waits for (or is 'busy' for) and decides after;
-	 * not an element claim() refuses before it decides anything.
+	 * Not a version another running transaction is deleting (a release),
+	 * updating or has locked, which claim() waits for (or is 'busy' for) and
+	 * decides after.  Otherwise the claim's own answer without a write, if
+	 * it has one (claim.c); else claim() decides.
 	 */
-	if (in_flux ||
-		!idempo_status_finished(r.status) ||
-		/* claim() refuses an element without params here (22023), before any replay */
-		(scope->require_fingerprint && (st->params->values == NULL || st->params->nulls[e->pos])) ||
-		op_expiry(&r, scope, st->now, &next_due) != EXPIRY_NONE ||
-		idempo_txn_holds(scope->name, stored, &attempt, &on_commit))
+	if (in_flux)
 		return;
-	if (st->params->values != NULL && !st->params->nulls[e->pos] && r.has_fingerprint)
-	{
-		uint8		fingerprint[IDEMPO_DIGEST_LEN];
-
-		idempo_claim_fingerprint(scope, DatumGetJsonbP(st->params->values[e->pos]),
-								 fingerprint);
-		if (memcmp(fingerprint, r.fingerprint, IDEMPO_DIGEST_LEN) != 0)
-			return;				/* a conflict: claim() records it */
-	}
-	/* the answer claim() gives */
-	outcome = op_row_remembered(&r) ? OUTCOME_EXPIRED : OUTCOME_REPLAY;
+	has_params = st->params->values != NULL && !st->params->nulls[e->pos];
+	if (has_params)
+		idempo_claim_fingerprint(scope, DatumGetJsonbP(st->params->values[e->pos]), fingerprint);
+	if (!idempo_claim_answer_from_read(scope, stored, has_params ? fingerprint : NULL, &r, st->now,
+									   &outcome))
+		return;
 	idempo_claim_result_values(outcome, &r, 0, 0, st->result_desc->natts, values, nulls);
 	{
 		MemoryContext old = MemoryContextSwitchTo(st->callcxt);
@@ -476,14 +454,6 @@ batch_probe(const char *scope_name, const BatchArray *keys, const BatchArray *pa
 	if (idempo_citus_distributed())
 		return false;
 	idempo_spi_begin(&session);
-
-	/*
-	 * The inserts write: the lock claim() takes before it reads the scope,
-	 * for the reason it gives (a claim that read the scope before an
-	 * alter_scope() never writes after it).
-	 */
-	if (may_insert)
-		LockRelationOid(idempo_catalog()->operations_relid, RowExclusiveLock);
 	scope = idempo_scope_get(scope_name);
 	if (scope->audit)
 	{
@@ -674,6 +644,8 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	TupleDesc	cr;				/* of idempo.claim_result: the answers */
 	IdempoScope scope_copy;
 	OpDirectBatch *inserts = NULL;
+	bool		read_only;
+	bool		table_locked;
 	bool		may_insert;
 	bool		probed;
 	bool		rows_read;		/* the probe read the records (not skipped: see batch_optimism_learn) */
@@ -700,7 +672,17 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	order = batch_order(scope_name, &keys, &params, true, &elems, &ctx);
+	/*
+	 * The claim's lock, before the scope is read for the keys' stored form:
+	 * for the reason idempo_claim_lock() gives, the batch's inserts, the
+	 * probe's answers and the keys' order come from the scope every
+	 * element's claim() sees.  Where wait => false cannot take it at once,
+	 * nothing is answered from the probe: each element's claim() refuses as
+	 * a single claim does.
+	 */
+	read_only = idempo_claim_read_only();
+	table_locked = !read_only && !idempo_claim_lock(PG_GETARG_BOOL(5));
+	order = batch_order(scope_name, &keys, &elems, &ctx);
 	answers = palloc0(sizeof(BatchAnswer *) * keys.n);
 	handed_out = palloc0(sizeof(bool) * keys.n);
 	elemcxt = AllocSetContextCreate(callcxt, "idempo claim_batch element", ALLOCSET_DEFAULT_SIZES);
@@ -714,10 +696,11 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	 * a publisher.  Anything else about them -- an insert that finds the
 	 * key after all -- goes to claim().
 	 */
-	may_insert = !XactReadOnly && PG_GETARG_BOOL(5) && idempo_records_subscription() == NULL;
+	may_insert = !read_only && PG_GETARG_BOOL(5);
 	rows_read = !may_insert || *batch_existing_average(scope_name) >= BATCH_PROBE_AT;
-	probed = batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
-						 may_insert, &scope_copy, 0, rows_read);
+	probed = !table_locked &&
+		batch_probe(scope_name, &keys, &params, elems, order, cr, answers, &ctx,
+					may_insert, &scope_copy, 0, rows_read);
 	may_insert = may_insert && probed;
 
 	for (i = 0; i < keys.n; i++)
@@ -774,15 +757,13 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 				}
 			}
 		}
-		if (first != NULL &&
-			!(e->has_fingerprint && first->has_fingerprint &&
-			  memcmp(e->fingerprint, first->fingerprint, IDEMPO_DIGEST_LEN) != 0))
-		{
-			/* the same request again: the first occurrence's answer (adjusted when emitted) */
-			answers[e->pos] = answers[first->pos];
-			continue;
-		}
 
+		/*
+		 * Everything else, a later occurrence of a key included, is decided
+		 * by claim() itself, as a single claim of the element in this
+		 * transaction would be: against the stored request, with the
+		 * claim's own refusals.
+		 */
 		args[0] = PG_GETARG_DATUM(0);
 		argnulls[0] = false;
 		args[1] = keys.values[e->pos];
@@ -929,7 +910,7 @@ finish_batch(FunctionCallInfo fcinfo, const FinishBatch *fb)
 	errcb.arg = &ctx;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	order = batch_order(scope_name, &keys, &none, false, &elems, &ctx);
+	order = batch_order(scope_name, &keys, &elems, &ctx);
 	for (i = 0; i < keys.n; i++)
 		if (order[i]->first >= 0)
 			ereport(ERROR,

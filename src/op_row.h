@@ -177,6 +177,12 @@ extern void idempo_claim_fingerprint(const IdempoScope *scope, Jsonb *params, ui
 extern void idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now,
 									Datum run_id, const uint8 *fingerprint, Jsonb *params,
 									bool complete_on_commit);
+/* claim.c: what claim_batch takes from the claim rather than restating it */
+extern bool idempo_claim_read_only(void);
+extern bool idempo_claim_lock(bool wait);
+extern bool idempo_claim_answer_from_read(const IdempoScope *scope, const char *key,
+										  const uint8 *fingerprint, const OpRow *r,
+										  TimestampTz now, IdempoOutcome *outcome);
 /* the columns of idempo.claim_result for an answer (claim.c): claim_batch's answers too */
 #define IDEMPO_CLAIM_RESULT_COLS 11
 extern void idempo_claim_result_values(IdempoOutcome outcome, const OpRow *r, int64 conflict_id,

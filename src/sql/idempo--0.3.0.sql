@@ -378,7 +378,7 @@ BEGIN
         RAISE EXCEPTION 'scope name must not be empty' USING ERRCODE = '22023',
             HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
     END IF;
-    IF btrim(s.name, E' \t\n\r\f\v') = '' THEN
+    IF btrim(s.name, E' \t\n\r\f\x0b') = '' THEN
         RAISE EXCEPTION 'scope name must not be only whitespace' USING ERRCODE = '22023',
             HINT = 'Name the kind of business action, e.g. ''warehouse.outbound''.';
     END IF;
