@@ -21,16 +21,19 @@
  *	   row in its own transaction, where the deadlock detector sees any
  *	   wait, and hands the row to the sweeper if that transaction or
  *	   subtransaction rolls back (to the next sweeper, if none serves the
- *	   database now).  A WARNING says that the conflict is kept only if the
- *	   transaction commits where that hand-over cannot be relied on: the
- *	   library is not preloaded, or no sweeper serves the database and none
- *	   is coming (it is not listed in idempo.databases, or the launcher
- *	   found no worker slot for it).  Then nothing is handed over: such a
- *	   hand-over would hold a slot of the shared queue until a sweeper came,
- *	   perhaps not before a restart.  A hand-over to a sweeper on its way
- *	   (one exited and the launcher restarts it) is kept: it is recorded
- *	   within seconds.  A claim waits at most a second for a free slot of
- *	   the queue before it writes the row itself, so no claim waits forever.
+ *	   database now).  That hand-over is reserved only where a sweeper is
+ *	   on its way: one is registered for the database, or the launcher has
+ *	   one starting for it, or starts one again at once after the last one
+ *	   stopped, until such a start finds no worker slot
+ *	   (idempo_sweeper_coming, shmem.c); it records the row as soon as it
+ *	   runs, within seconds.  Elsewhere -- the library is not preloaded, the
+ *	   database is not listed in idempo.databases, the launcher has not
+ *	   started a sweeper for it yet or found no worker slot for one --
+ *	   nothing is handed over (it would hold a slot of the shared queue
+ *	   until a sweeper came, perhaps not before a restart), and a WARNING
+ *	   says that the conflict is kept only if the transaction commits.  A
+ *	   claim waits at most a second for a free slot of the queue before it
+ *	   writes the row itself, so no claim waits forever.
  * The claim returns the conflict's id only where the row is kept whatever
  * its caller does next: committed by the sweeper or a recorder worker, or
  * to be handed over at a rollback.  Where the row lives in the caller's
@@ -517,7 +520,7 @@ idempo_record_conflict(const IdempoConflict *c)
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
 				 listed ?
-				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot), and no conflict recorder worker could record it. The claim returns no conflict_id.",
+				 errdetail("No idempo sweeper serves database \"%s\" or is starting for it (no free background worker slot), and no conflict recorder worker could record it. The claim returns no conflict_id.",
 						   dbname) :
 				 errdetail("Database \"%s\" is not listed in idempo.databases, so no idempo sweeper serves it, and no conflict recorder worker could record it. The claim returns no conflict_id.",
 						   dbname ? dbname : "?"),
