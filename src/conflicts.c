@@ -21,19 +21,27 @@
  *	   row in its own transaction, where the deadlock detector sees any
  *	   wait, and hands the row to the sweeper if that transaction or
  *	   subtransaction rolls back (to the next sweeper, if none serves the
- *	   database now).  A WARNING says that the conflict is kept only if the
- *	   transaction commits where that hand-over cannot be relied on: the
- *	   library is not preloaded, or no sweeper serves the database and none
- *	   is coming (it is not listed in idempo.databases, or the launcher
- *	   found no worker slot for it).  Then nothing is handed over: such a
- *	   hand-over would hold a slot of the shared queue until a sweeper came,
- *	   perhaps not before a restart.  A hand-over to a sweeper on its way
- *	   (one exited and the launcher restarts it) is kept: it is recorded
- *	   within seconds.  A claim waits at most a second for a free slot of
- *	   the queue before it writes the row itself, so no claim waits forever.
- * Such a transaction cannot PREPARE (refuse_prepare): a prepared
- * transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps in
- * another session or after a restart, where nothing hands its row over.
+ *	   database now).  That hand-over is reserved only where a sweeper is
+ *	   on its way: one is registered for the database, or the launcher has
+ *	   one starting for it, or starts one again at once after the last one
+ *	   stopped, until such a start finds no worker slot
+ *	   (idempo_sweeper_coming, shmem.c); it records the row as soon as it
+ *	   runs, within seconds.  Elsewhere -- the library is not preloaded, the
+ *	   database is not listed in idempo.databases, the launcher has not
+ *	   started a sweeper for it yet or found no worker slot for one --
+ *	   nothing is handed over (it would hold a slot of the shared queue
+ *	   until a sweeper came, perhaps not before a restart), and a WARNING
+ *	   says that the conflict is kept only if the transaction commits.  A
+ *	   claim waits at most a second for a free slot of the queue before it
+ *	   writes the row itself, so no claim waits forever.
+ * The claim returns the conflict's id only where the row is kept whatever
+ * its caller does next: committed by the sweeper or a recorder worker, or
+ * to be handed over at a rollback.  Where the row lives in the caller's
+ * transaction only it returns none (conflict_id NULL): callers store the id
+ * and show it to a person, and a rollback would leave it naming no row.
+ * A transaction holding a hand-over cannot PREPARE (refuse_prepare): a
+ * prepared transaction ends in COMMIT PREPARED or ROLLBACK PREPARED, perhaps
+ * in another session or after a restart, where nothing hands its row over.
  * The conflict's id is drawn from the sequence first and travels with the
  * request, so that the id the claim returns is the row's wherever it is
  * written.  The row is upserted on the open conflict of the same stored
@@ -475,7 +483,8 @@ reserve_handover(const IdempoConflict *c, int64 conflict_id)
 
 /*
  * Records a conflict durably (see the header comment); returns the id of
- * its row in idempo.conflicts.  Call outside an idempo SPI session.
+ * its row in idempo.conflicts, or 0 where the row lives in the caller's
+ * transaction only (a WARNING says so).  Call outside an idempo SPI session.
  */
 int64
 idempo_record_conflict(const IdempoConflict *c)
@@ -511,10 +520,10 @@ idempo_record_conflict(const IdempoConflict *c)
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
 				 listed ?
-				 errdetail("No idempo sweeper serves database \"%s\" (no free background worker slot), and no conflict recorder worker could record conflict %lld.",
-						   dbname, (long long) id) :
-				 errdetail("Database \"%s\" is not listed in idempo.databases, so no idempo sweeper serves it, and no conflict recorder worker could record conflict %lld.",
-						   dbname ? dbname : "?", (long long) id),
+				 errdetail("No idempo sweeper serves database \"%s\" or is starting for it (no free background worker slot), and no conflict recorder worker could record it. The claim returns no conflict_id.",
+						   dbname) :
+				 errdetail("Database \"%s\" is not listed in idempo.databases, so no idempo sweeper serves it, and no conflict recorder worker could record it. The claim returns no conflict_id.",
+						   dbname ? dbname : "?"),
 				 listed ?
 				 errhint("If this transaction rolls back, the conflict is not kept. Raise max_worker_processes: idempo needs one slot for its launcher, one for each database with idempo and one more.") :
 				 errhint("If this transaction rolls back, the conflict is not kept. Add the database to idempo.databases.")));
@@ -522,9 +531,16 @@ idempo_record_conflict(const IdempoConflict *c)
 		ereport(WARNING,
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
-				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run."),
+				 errdetail("idempo is not preloaded (or its queue of conflicts is full), and no conflict recorder worker could run. The claim returns no conflict_id."),
 				 errhint("If this transaction rolls back, the conflict is not kept. Preload idempo (shared_preload_libraries).")));
-	return id;
+	else
+		return id;				/* kept: a sweeper records it if this transaction rolls back */
+
+	/*
+	 * The row lives in this transaction only: no id, which callers store and
+	 * show to a person, and which a rollback would leave naming no row.
+	 */
+	return 0;
 }
 
 /* Entry point of a recorder worker (used where no sweeper serves the database). */

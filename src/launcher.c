@@ -22,6 +22,13 @@
  * again every LAUNCHER_NAP_MS (at once while conflicts wait there), and
  * says when it served it after all.
  *
+ * After every round it also publishes the databases a sweeper is on its way
+ * to (publish_coming), for the claims: a conflict is handed over to a
+ * sweeper only there (conflicts.c).  That list does not wait
+ * UNSERVED_AFTER_MS: a database counts only from the moment its sweeper is
+ * registered with the postmaster, and stops counting at the first start
+ * that finds no slot.
+ *
  *-------------------------------------------------------------------------
  */
 #include "idempo.h"
@@ -260,6 +267,30 @@ publish_unserved(void)
 	idempo_publish_unserved(unserved, n);
 }
 
+/*
+ * Publishes the databases a sweeper is on its way to, where a claim may hand
+ * a conflict over (idempo_sweeper_coming): a sweeper is registered with the
+ * postmaster for it and has not stopped (it starts, looks or serves), or the
+ * one that served it stopped and the next is started at once -- until a
+ * start finds no worker slot.  Not a database it has not started one for
+ * yet, however early: that one may never get a slot.
+ */
+static void
+publish_coming(void)
+{
+	HASH_SEQ_STATUS seq;
+	ServedDatabase *db;
+	Oid		   *coming = palloc(sizeof(Oid) * Max(hash_get_num_entries(served), 1));
+	int			n = 0;
+
+	hash_seq_init(&seq, served);
+	while ((db = hash_seq_search(&seq)) != NULL)
+		if (db->handle != NULL || (db->state == DB_WAS_SERVED && db->no_slot_since == 0))
+			coming[n++] = db->database_id;
+	idempo_publish_coming(coming, n);
+	pfree(coming);
+}
+
 /* One look at pg_database: start what is missing, stop what is no longer wanted. */
 static void
 launcher_round(bool recheck_all)
@@ -383,6 +414,7 @@ launcher_round(bool recheck_all)
 		hash_search(served, &db->database_id, HASH_REMOVE, NULL);
 	}
 	publish_unserved();
+	publish_coming();
 }
 
 void

@@ -62,11 +62,24 @@ slot_count(void)
 	return max_worker_processes;
 }
 
+/* Where the registry's slots end: the launcher's list of databases a sweeper is on its way to. */
+static Size
+coming_offset(int nslots)
+{
+	return MAXALIGN(add_size(offsetof(IdempoShared, slots),
+							 mul_size(sizeof(IdempoWorkerSlot), nslots)));
+}
+
 static Size
 shared_size(void)
 {
-	return add_size(offsetof(IdempoShared, slots),
-					mul_size(sizeof(IdempoWorkerSlot), slot_count()));
+	return add_size(coming_offset(slot_count()), mul_size(sizeof(Oid), slot_count()));
+}
+
+static Oid *
+coming_list(void)
+{
+	return (Oid *) ((char *) idempo_shared + coming_offset(idempo_shared->nslots));
 }
 
 static void
@@ -273,33 +286,48 @@ idempo_publish_unserved(const IdempoUnserved *unserved, int n)
 {
 	SpinLockAcquire(&idempo_shared->mutex);
 	idempo_shared->nunserved = Min(n, IDEMPO_UNSERVED_MAX);
-	idempo_shared->nunserved_more = n - idempo_shared->nunserved;
 	memcpy(idempo_shared->unserved, unserved, sizeof(IdempoUnserved) * idempo_shared->nunserved);
 	SpinLockRelease(&idempo_shared->mutex);
 }
 
 /*
- * Whether a sweeper serves a database or is on its way: one is registered,
- * or a launcher runs that has not found itself without a worker slot for
- * it.  (Whether the database is listed in idempo.databases the caller
- * checks.)  A claim hands a conflict over only where one is coming
- * (conflicts.c).
+ * The launcher publishes the databases a sweeper is on its way to (see
+ * launcher.c's publish_coming), the first nslots of them: any others count
+ * as having none, which only costs a WARNING.
+ */
+void
+idempo_publish_coming(const Oid *coming, int n)
+{
+	SpinLockAcquire(&idempo_shared->mutex);
+	idempo_shared->ncoming = Min(n, idempo_shared->nslots);
+	memcpy(coming_list(), coming, sizeof(Oid) * idempo_shared->ncoming);
+	SpinLockRelease(&idempo_shared->mutex);
+}
+
+/*
+ * Whether a sweeper serves a database or is on its way, so that a conflict
+ * handed over for it is recorded (conflicts.c): one is registered, or the
+ * running launcher has published the database as one it has a sweeper
+ * starting or serving for, or starts one for again at once.  Not a database
+ * the launcher has not started one for yet, nor one whose start found no
+ * worker slot: there a hand-over would wait for a sweeper that may never
+ * come.  (Whether the database is listed in idempo.databases the caller
+ * checks.)
  */
 bool
 idempo_sweeper_coming(Oid database_id)
 {
-	bool		coming;
+	bool		coming = false;
+	Oid		   *list;
 	int			i;
 
 	SpinLockAcquire(&idempo_shared->mutex);
-	coming = idempo_shared->launcher_pid != 0;
-	for (i = 0; i < idempo_shared->nunserved && coming; i++)
-		if (idempo_shared->unserved[i].database_id == database_id)
-			coming = false;
-	if (coming && idempo_shared->nunserved_more > 0)
-		coming = false;			/* not all are known: assume the worst */
 	for (i = 0; i < idempo_shared->nslots; i++)
 		if (idempo_shared->slots[i].pid != 0 && idempo_shared->slots[i].database_id == database_id)
+			coming = true;
+	list = coming_list();
+	for (i = 0; i < idempo_shared->ncoming && !coming && idempo_shared->launcher_pid != 0; i++)
+		if (list[i] == database_id)
 			coming = true;
 	SpinLockRelease(&idempo_shared->mutex);
 	return coming;
@@ -340,6 +368,7 @@ launcher_unregister(int code, Datum arg)
 	{
 		idempo_shared->launcher_pid = 0;
 		idempo_shared->launcher_latch = NULL;
+		idempo_shared->ncoming = 0;	/* it starts nothing any more */
 	}
 	SpinLockRelease(&idempo_shared->mutex);
 }

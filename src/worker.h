@@ -76,8 +76,7 @@ typedef struct IdempoConflictSlot
 /*
  * A database the launcher should serve but could not start a sweeper for
  * (no free worker slot), as it last published them; shown by
- * idempo.workers().  At most IDEMPO_UNSERVED_MAX are kept (the rest are
- * counted in nunserved_more).
+ * idempo.workers().  At most IDEMPO_UNSERVED_MAX are kept.
  */
 #define IDEMPO_UNSERVED_MAX 64
 
@@ -104,10 +103,11 @@ typedef struct IdempoShared
 	ConditionVariable conflicts_cv;	/* broadcast when a conflict request is DONE */
 	IdempoConflictSlot conflict_slots[IDEMPO_CONFLICT_SLOTS];
 	int			nunserved;		/* published by the launcher after each round */
-	int			nunserved_more;	/* beyond IDEMPO_UNSERVED_MAX */
 	IdempoUnserved unserved[IDEMPO_UNSERVED_MAX];
+	int			ncoming;		/* published by the launcher after each round (shmem.c) */
 	int			nslots;
 	IdempoWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+	/* followed by Oid coming[nslots]: the databases a sweeper is on its way to */
 } IdempoShared;
 
 extern IdempoShared *idempo_shared;
@@ -122,7 +122,7 @@ extern void idempo_slot_report(IdempoWorkerState state, bool swept, TimestampTz 
 extern pid_t idempo_sweeper_pid(Oid database_id);
 /* Whether a sweeper serves a database (it has found the extension there). */
 extern bool idempo_sweeper_serving(Oid database_id);
-/* Whether a sweeper serves the database or one is on its way (see shmem.c). */
+/* Whether a sweeper serves the database or one is on its way: a hand-over is kept (see shmem.c). */
 extern bool idempo_sweeper_coming(Oid database_id);
 /* Sets the latch of a database's sweeper; false if it has none. */
 extern bool idempo_wake_sweeper(Oid database_id);
@@ -141,6 +141,8 @@ extern uint64 idempo_extension_generation(void);
 extern void idempo_launcher_report_round(void);
 /* The launcher publishes the databases it could not start a sweeper for. */
 extern void idempo_publish_unserved(const IdempoUnserved *unserved, int n);
+/* The launcher publishes the databases it has a sweeper starting or serving for, or restarts one for. */
+extern void idempo_publish_coming(const Oid *coming, int n);
 /* Asks the launcher not to start a sweeper for a database before "until" (database DDL). */
 extern void idempo_hold_database(Oid database_id, TimestampTz until);
 /* Whether a database is held (idempo_hold_database) at "now". */

@@ -4,8 +4,8 @@
 #  - the launcher names each database it could not serve, once, not every round;
 #  - idempo.workers() lists it (kind 'unserved');
 #  - a conflicting claim there whose transaction rolls back, while no recorder worker can start
-#    either, warns that its conflict is kept only if the transaction commits (before, it returned
-#    a conflict_id, queued the row for a sweeper that never came and said nothing);
+#    either, warns that its conflict is kept only if the transaction commits, and answers no
+#    conflict_id (an id that a rollback leaves naming no row is not returned);
 #  - hundreds of such conflicts hold no slot of the shared queue: a conflict in a served database
 #    is still recorded and kept after its rollback (the queue used to fill up, and such a claim
 #    then waited forever);
@@ -58,6 +58,7 @@ is($outcome, 'conflict', 'the claim answers conflict');
 like($stderr, qr/WARNING:  conflict on key "order-1" in scope "s" is recorded in the current transaction only/,
 	 'and warns that the conflict is kept only if its transaction commits');
 like($stderr, qr/No idempo sweeper serves database "$db"/, 'saying why');
+is($conflict_id // '', '', 'and answers no conflict_id: the row lives in the rolled-back transaction only');
 is($node->safe_psql($db, 'SELECT count(*) FROM idempo.conflicts'), '0', 'no row after the rollback');
 
 # Many more of them (300 rolled-back conflicts, one subtransaction each) hold no slot of the
