@@ -160,7 +160,8 @@ function outcomeError(claim, scope, key, extra = {}) {
   const where = `key "${key}" in scope "${scope}"`;
   switch (claim.outcome) {
     case Outcome.CONFLICT:
-      return new ConflictError(`${where} was claimed with other parameters (conflict ${claim.conflictId})`,
+      return new ConflictError(`${where} was claimed with other parameters (${claim.conflictId === null
+        ? 'recorded in this transaction only' : `conflict ${claim.conflictId}`})`,
         claim, { scope, key, changedFields: extra.changedFields });
     case Outcome.BUSY: {
       const hasLease = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0;

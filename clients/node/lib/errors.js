@@ -91,7 +91,9 @@ class OutcomeError extends IdempoError {
     this.claim = claim;
   }
 }
-// The same key with other parameters.  conflictId names the row of idempo.conflicts;
+// The same key with other parameters.  conflictId names the row of idempo.conflicts, kept
+// whatever the transaction does next; null where the conflict is recorded in this transaction
+// only (the server's WARNING says why), so that a rollback does not keep it;
 // changedFields is [{field, stored, incoming}] in store_params scopes, else null.
 class ConflictError extends OutcomeError {
   constructor(message, claim, extra = {}) {

@@ -156,8 +156,10 @@ class Busy(NotAcquired):
 
 class Conflict(NotAcquired):
     """The key was first used with other parameters.  conflict_id names the row in
-    idempo.conflicts; changed_fields lists [{"field", "stored", "incoming"}] in scopes with
-    store_params (None elsewhere)."""
+    idempo.conflicts, kept whatever this transaction does next; None where the conflict is
+    recorded in this transaction only (the server's WARNING says why: no sweeper serves the
+    database), so a rollback does not keep it.  changed_fields lists [{"field", "stored",
+    "incoming"}] in scopes with store_params (None elsewhere)."""
     outcome = Outcome.CONFLICT
 
     def __init__(self, claim: Claim, changed_fields: Optional[list] = None):
@@ -165,7 +167,9 @@ class Conflict(NotAcquired):
         self.changed_fields = changed_fields
         names = ', '.join(f['field'] for f in changed_fields or [] if isinstance(f, dict) and 'field' in f)
         super().__init__(claim, f'key "{claim.key}" in scope "{claim.scope}" was first used with other parameters'
-                         + (f' (changed: {names})' if names else '') + f'; conflict {claim.conflict_id}')
+                         + (f' (changed: {names})' if names else '')
+                         + (f'; conflict {claim.conflict_id}' if claim.conflict_id is not None
+                            else '; recorded in this transaction only'))
 
 
 class Unknown(NotAcquired):
