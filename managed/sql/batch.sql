@@ -52,12 +52,12 @@ BEGIN
 END
 $$;
 
--- The scope argument, checked before the arrays as keys.c's idempo_scope_arg: NULL, blank or
--- too long (managed_scope raises those before it reads the scope)
+-- The scope argument, checked before the arrays as keys.c's idempo_scope_arg: NULL, blank (the
+-- whitespace of managed_scope) or too long (managed_scope raises those before it reads the scope)
 CREATE FUNCTION idempo.managed_batch_scope_arg(p_scope text) RETURNS void
     LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF p_scope IS NULL OR btrim(p_scope, E' \t\n\r\f\v') = '' OR octet_length(p_scope) > 128 THEN
+    IF p_scope IS NULL OR btrim(p_scope, E' \t\n\r\f\x0b') = '' OR octet_length(p_scope) > 128 THEN
         PERFORM idempo.managed_scope(p_scope, NULL, NULL);
     END IF;
 END
