@@ -8,10 +8,11 @@
 --   answers come back in input order.  Two batches of overlapping keys take the keys' locks in
 --   one order whatever their input order, so they wait for each other but never deadlock.
 -- - Duplicates.  A key given again (the same stored key) names its first occurrence in
---   duplicate_of.  With the same params as the first (the same fingerprint under the scope's
---   rules, or either has none) it gets the first occurrence's answer without another claim;
---   with other params it is claimed again.  Either way 'acquired' and 'unknown', the answers
---   that hand out the work, become 'busy' after the first element handed it.
+--   duplicate_of, and is decided by the same claim() as a single claim of it in the same
+--   transaction (a replay, a conflict with the stored request, a refusal of an element without
+--   params in a require_fingerprint scope...): no second copy of the claim's rules.  Then, if
+--   that answer hands out the work ('acquired', 'unknown') that an earlier occurrence of the
+--   key was already handed, it answers 'busy'.
 -- - Bad input (arrays of more than one dimension or of another length than keys, more than
 --   10,000 elements, NULL keys, NULL wait or complete_on_commit; blank or oversized keys, an
 --   unknown scope) is refused with the C edition's SQLSTATE and message before anything is
@@ -141,7 +142,6 @@ DECLARE
     t timestamptz[] := claim_batch.intent_at[:];
     n integer := coalesce(cardinality(claim_batch.keys), 0);
     o record;
-    fps bytea[];
     answers idempo.claim_result[];
     a idempo.claim_result;
     handed boolean[];
@@ -167,19 +167,6 @@ BEGIN
     END IF;
 
     SELECT * INTO o FROM idempo.managed_batch_order(claim_batch.scope, k);
-    -- the fingerprints the duplicate rule compares, as the claim computes them, before anything
-    -- is claimed (a params document the scope's rules refuse fails the batch before any claim)
-    fps := array_fill(NULL::bytea, ARRAY[n]);
-    FOREACH f IN ARRAY o.ord LOOP
-        IF o.firsts[f] IS NOT NULL AND p IS NOT NULL THEN
-            IF p[o.firsts[f]] IS NOT NULL AND fps[o.firsts[f]] IS NULL THEN
-                fps[o.firsts[f]] := idempo.managed_params_fingerprint(o.s, p[o.firsts[f]]);
-            END IF;
-            IF p[f] IS NOT NULL THEN
-                fps[f] := idempo.managed_params_fingerprint(o.s, p[f]);
-            END IF;
-        END IF;
-    END LOOP;
 
     -- each element in the order of the stored keys.  With wait => false in a transaction that
     -- had written nothing before the batch, every element's claim is told so (the claim would
@@ -194,18 +181,15 @@ BEGIN
     END IF;
     answers := array_fill(NULL::idempo.claim_result, ARRAY[n]);
     FOREACH f IN ARRAY o.ord LOOP
-        IF o.firsts[f] IS NOT NULL AND (fps[f] IS NULL OR fps[o.firsts[f]] IS NULL OR fps[f] = fps[o.firsts[f]]) THEN
-            answers[f] := answers[o.firsts[f]];   -- the same request again: the first's answer
-        ELSE
-            answers[f] := idempo.claim(claim_batch.scope, k[f], p[f], NULL, claim_batch.run_id, t[f],
-                                       claim_batch.wait, claim_batch.complete_on_commit);
-        END IF;
+        answers[f] := idempo.claim(claim_batch.scope, k[f], p[f], NULL, claim_batch.run_id, t[f],
+                                   claim_batch.wait, claim_batch.complete_on_commit);
     END LOOP;
     IF NOT claim_batch.wait AND NOT wrote_before THEN
         PERFORM set_config('idempo.managed_batch_fresh', '', true);
     END IF;
 
-    -- in input order; the work goes to one element of a key: later ones answer busy
+    -- in input order (for the occurrences of one key, the order they were claimed in): the
+    -- work goes to one element of a key, later ones that would be handed it answer busy
     handed := array_fill(false, ARRAY[n]);
     FOR i IN 1 .. n LOOP
         a := answers[i];

@@ -488,7 +488,7 @@ $$;
 
 -- The fingerprint of a claim's params under its scope's rules (claim.c: idempo_claim_fingerprint):
 -- only the fields the scope includes (fingerprint_include.c), then without those it ignores, the
--- ignore list checked first.  Also what claim_batch compares a key given twice by (batch.sql).
+-- ignore list checked first.
 CREATE FUNCTION idempo.managed_params_fingerprint(s idempo.scopes, params jsonb) RETURNS bytea
     LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
