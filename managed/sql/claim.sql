@@ -565,9 +565,10 @@ $$;
 -- database, through dblink and a foreign server named idempo_conflicts with a user mapping for
 -- idempo's owner (docs/managed-edition.md), one connection per conflict (a named connection
 -- would stay open in the session, for any role in it to use), with a lock_timeout so that a
--- lock of this very transaction cannot hang it.  Where that is not configured or fails, the
--- row is written in the caller's transaction, with the C edition's WARNING that it is kept
--- only if that transaction commits.
+-- lock of this very transaction cannot hang it: its id is returned.  Where that is not
+-- configured or fails, the row is written in the caller's transaction, with the C edition's
+-- WARNING that it is kept only if that transaction commits, and no id is returned (NULL): a
+-- conflict_id names only a conflict that is kept whatever the caller does next.
 CREATE FUNCTION idempo.managed_conflict(p_scope text, p_key text, p_stored bytea, p_incoming bytea,
                                         p_stored_params jsonb, p_incoming_params jsonb,
                                         p_run_id text, p_at timestamptz)
@@ -607,16 +608,16 @@ BEGIN
             why := format('The conflict recorder (dblink, foreign server idempo_conflicts) failed: %s', SQLERRM);
         END;
     END IF;
-    id := idempo.managed_record_conflict(p_scope, p_key, p_stored, p_incoming, p_stored_params,
-                                         p_incoming_params, p_run_id, p_at);
+    PERFORM idempo.managed_record_conflict(p_scope, p_key, p_stored, p_incoming, p_stored_params,
+                                           p_incoming_params, p_run_id, p_at);
     -- such a transaction cannot PREPARE (conflicts.c: refuse_prepare): it touched a temporary
     -- table, which PREPARE TRANSACTION refuses (0A000)
     PERFORM idempo.managed_txn_note('conflict', p_scope, p_key, NULL, false, NULL, false);
     RAISE WARNING 'conflict on key "%" in scope "%" is recorded in the current transaction only', p_key, p_scope
         USING DETAIL = why,
-              HINT = 'If this transaction rolls back, the conflict is not kept.'
+              HINT = 'If this transaction rolls back, the conflict is not kept (so the claim returns no conflict_id).'
                      || CASE WHEN q IS NULL THEN ' Define the foreign server idempo_conflicts for dblink (docs/managed-edition.md).' ELSE '' END;
-    RETURN id;
+    RETURN NULL;
 END
 $$;
 
