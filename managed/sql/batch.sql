@@ -171,13 +171,21 @@ BEGIN
     -- each element in the order of the stored keys.  With wait => false in a transaction that
     -- had written nothing before the batch, every element's claim is told so (the claim would
     -- take the batch's own earlier writes for the transaction's): a key another transaction is
-    -- inserting then answers busy from its advisory lock at once, as the C edition's does,
-    -- instead of waiting out the claim's 10 ms lock_timeout on the insertion (and raising 40001
-    -- under REPEATABLE READ or SERIALIZABLE where the inserter commits within them).  The
-    -- transaction holds no record but those of the batch's keys; a key given again finds the
-    -- advisory lock its first occurrence took (or busy again, as that one answered).
+    -- inserting then answers busy from the key's sign at once (managed_decide), as the C
+    -- edition's does, instead of waiting out the claim's 10 ms lock_timeout on the insertion
+    -- (and raising 40001 under REPEATABLE READ or SERIALIZABLE where the inserter commits within
+    -- them).  The transaction holds no record but those of the batch's keys; a key given again
+    -- is this transaction's own (its sign is this transaction's) or busy again, as its first
+    -- occurrence answered.
     IF NOT claim_batch.wait AND NOT wrote_before THEN
         PERFORM set_config('idempo.managed_batch_fresh', 'on', true);
+    END IF;
+    -- with wait => false, which of the keys' signs other transactions of idempo's hold now: one
+    -- look at pg_locks for the batch instead of one per key held (managed_decide; a sign taken
+    -- since is looked up by its claim).  What a caller sets there only changes its own answers.
+    IF NOT claim_batch.wait THEN
+        PERFORM set_config('idempo.managed_batch_held', idempo.managed_signs_held(
+            ARRAY(SELECT idempo.managed_key_sign((o.s).name, idempo.managed_key(o.s, x)) FROM unnest(k) x))::text, true);
     END IF;
     answers := array_fill(NULL::idempo.claim_result, ARRAY[n]);
     FOREACH f IN ARRAY o.ord LOOP
@@ -186,6 +194,9 @@ BEGIN
     END LOOP;
     IF NOT claim_batch.wait AND NOT wrote_before THEN
         PERFORM set_config('idempo.managed_batch_fresh', '', true);
+    END IF;
+    IF NOT claim_batch.wait THEN
+        PERFORM set_config('idempo.managed_batch_held', '', true);
     END IF;
 
     -- in input order (for the occurrences of one key, the order they were claimed in): the

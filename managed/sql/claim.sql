@@ -259,6 +259,33 @@ CREATE FUNCTION idempo.managed_stale_note(intent_at timestamptz) RETURNS text
     SELECT format('intent_at %s is older than the scope''s retention; a finished record may already have been purged', intent_at)
 $$;
 
+-- The sign of a key that a claim may insert (managed_decide): 64 bits of the SHA-256 of the
+-- scope's digest and the key, the argument of the one-integer advisory locks.  No secret: any
+-- role can take this lock (and pg_locks shows the ones held), and managed_signs_held tells
+-- idempo's holders from others.
+CREATE FUNCTION idempo.managed_key_sign(p_scope text, p_key text) RETURNS bigint
+    LANGUAGE sql STABLE AS $$
+    SELECT ('x' || encode(substr(sha256(sha256(convert_to(p_scope, 'UTF8')) || convert_to(p_key, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint
+$$;
+
+-- Which of these signs another transaction of idempo's holds: a backend that holds the
+-- advisory lock and idempo.operations in ROW EXCLUSIVE mode, which a role can take only through
+-- idempo's functions (or as its owner).  One look at pg_locks for them all (claim_batch asks
+-- once for its keys: managed_decide).
+CREATE FUNCTION idempo.managed_signs_held(p_signs bigint[]) RETURNS bigint[]
+    LANGUAGE sql STABLE AS $$
+    WITH l AS (
+        SELECT l.pid, l.locktype, l.classid, l.objid, l.objsubid, l.relation, l.mode
+          FROM pg_catalog.pg_lock_status() l
+         WHERE l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+           AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()))
+    SELECT coalesce(array_agg(s), '{}') FROM unnest(p_signs) s
+     WHERE s IN (SELECT (a.classid::bigint << 32) | a.objid::bigint FROM l a
+                  WHERE a.locktype = 'advisory' AND a.objsubid = 1
+                    AND a.pid IN (SELECT r.pid FROM l r WHERE r.locktype = 'relation' AND r.mode = 'RowExclusiveLock'
+                                                          AND r.relation = 'idempo.operations'::regclass))
+$$;
+
 -- claim.c's claim_locked() and decide_existing(): the decision for one key, writing what it
 -- changes.  p_mode: 'wait' (FOR UPDATE), 'nowait' (FOR UPDATE SKIP LOCKED), 'read' (read-only:
 -- no lock, no write).
@@ -276,29 +303,37 @@ DECLARE
     lease_over_retry boolean := false;
     n integer;
     expiry text;
+    sign bigint;
+    signed boolean := true;
 BEGIN
     record_conflict := false;
-    -- The key's lock, held to the end of the transaction: what the C edition reads from the
-    -- primary key with a dirty snapshot (direct.c), whether another transaction is inserting the
-    -- key, is not visible to SQL, and an INSERT would wait for it.  So every claim that may
-    -- insert takes a transaction-level advisory lock on the key first (a space of its own:
-    -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
-    -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
-    -- Not for a transaction that had written before this claim (p_may_hold: it had a transaction
-    -- id): it may hold the key's record already (it finished, verified or resolved the key, or
-    -- released and so deleted it, before claiming it), and the claim that holds the key's lock
-    -- may be waiting for that record, so waiting for the lock deadlocked (40P01;
-    -- test/isolation/specs/claim_after_own_finish.spec).  Such a claim goes on without the
-    -- key's lock, as the C edition does: the primary key and the record's row lock decide
-    -- (never acquired twice), and a wait => false claim that meets its insertion answers busy
-    -- when its lock_timeout cuts the wait.  The others wait for the lock without reading the
-    -- key first (under SERIALIZABLE such a read would make a release committed meanwhile a
-    -- serialization failure: remembered_claim_concurrent.spec).
-    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k))
-       AND NOT p_may_hold THEN
-        IF p_mode = 'wait' THEN
-            PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
-        ELSE
+    -- Claims of a key serialize on the key's record itself, which only idempo's functions can
+    -- lock and which no other key shares: the primary key (an INSERT ... ON CONFLICT waits for a
+    -- transaction inserting the same key, and only that key) and the record's row lock (FOR
+    -- UPDATE; wait => false: SKIP LOCKED, and busy for a record someone holds).
+    -- What SQL cannot see is a key another transaction is inserting, which the C edition reads
+    -- from the primary key with a dirty snapshot to answer wait => false with busy at once
+    -- (direct.c): an INSERT waits for it.  So a claim that may insert also takes the key's sign,
+    -- a transaction-level advisory lock named by 64 bits of a digest of scope and key
+    -- (managed_key_sign), without ever waiting for it; wait => false answers busy when another
+    -- transaction of idempo's holds the sign (managed_signs_held: one that holds
+    -- idempo.operations in ROW EXCLUSIVE mode, which only idempo's functions and its owner can
+    -- take, so that a session of any other role holding that advisory lock changes nothing; a
+    -- wait => false claim_batch looked once for all its keys, idempo.managed_batch_held).  Two keys share a
+    -- sign with a chance of 2^-64, and then the claim of one answers busy while the other is
+    -- claimed in another transaction: a sign never makes a claim wait, nor hands a key out twice.
+    -- Not for a transaction that had written before this claim (p_may_hold: it had a
+    -- transaction id): it may hold the key's record itself (it finished, verified or resolved
+    -- the key, or released and so deleted it, before claiming it) while another claim holding
+    -- the sign waits for that record, so it goes on as the C edition does, and a wait => false
+    -- claim that meets another transaction's insertion answers busy when its lock_timeout cuts
+    -- the wait (claim()).
+    IF p_mode <> 'read' THEN
+        sign := idempo.managed_key_sign(s.name, k);
+        signed := pg_try_advisory_xact_lock(sign);
+        IF NOT signed AND p_mode = 'nowait' AND NOT p_may_hold
+           AND (sign = ANY (coalesce(nullif(current_setting('idempo.managed_batch_held', true), ''), '{}')::bigint[])
+                OR sign = ANY (idempo.managed_signs_held(ARRAY[sign]))) THEN
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
             outcome := 'busy';
             RETURN;
@@ -323,6 +358,11 @@ BEGIN
             INSERT INTO idempo.operations SELECT o.* ON CONFLICT (scope, key) DO NOTHING;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
+                -- inserted after waiting for another insertion, whose transaction ended: sign
+                -- the key now, for the wait => false claims that come while this one runs
+                IF NOT signed THEN
+                    PERFORM pg_try_advisory_xact_lock(sign);
+                END IF;
                 outcome := 'acquired';
                 PERFORM idempo.managed_txn_remember(s.name, k, 1, p_on_commit, s.durability = 'replicated');
                 RETURN;
@@ -353,6 +393,9 @@ BEGIN
             INSERT INTO idempo.operations SELECT o.* ON CONFLICT (scope, key) DO NOTHING;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
+                IF NOT signed THEN
+                    PERFORM pg_try_advisory_xact_lock(sign);
+                END IF;
                 review_id := idempo.managed_open_review(s.name, k, 'stale_retry',
                                                         idempo.managed_stale_note(p_intent_at), p_now);
                 outcome := 'stale';
@@ -881,9 +924,10 @@ BEGIN
                       DETAIL = 'Another session holds a lock on idempo.operations or its primary key that conflicts with claiming, such as CREATE INDEX, REINDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE.',
                       HINT = 'Retry later, or claim with wait => true to queue behind it.';
         END IF;
-        -- wait => false: the key's lock and locked records answer busy without waiting
+        -- wait => false: the key's sign and locked records answer busy without waiting
         -- (managed_decide); whatever else might make it wait (a record being deleted right
-        -- now, say) is cut short by a lock_timeout, in a subtransaction, and answers busy too
+        -- now, an insertion of the key without its sign) is cut short by a lock_timeout, in a
+        -- subtransaction, and answers busy too
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);
