@@ -29,7 +29,9 @@ BEGIN
     IF t IS NULL THEN
         -- kind 'attempt': an attempt this transaction acquired; 'verify': a verification lease it
         -- took (claim.c: verify_leases), known by the exact lease_until it wrote; 'conflict': a
-        -- conflict it recorded itself (only so that it cannot PREPARE)
+        -- conflict it recorded itself (only so that it cannot PREPARE); 'durability': one row once
+        -- it acquired in a scope with durability 'replicated', whose event is checked at the
+        -- commit, and 'probe' (managed_durability_check)
         CREATE TEMPORARY TABLE idempo_txn_attempts (
             xact xid8, scope text, key text, kind text, attempt integer, on_commit boolean,
             finished boolean, lease_until timestamptz, replicated boolean);
@@ -49,7 +51,7 @@ BEGIN
         -- like (durability.c); the events of a rolled-back subtransaction go with it.  (Created
         -- again when a DROP EXTENSION took it with the function.)
         CREATE CONSTRAINT TRIGGER idempo_durability AFTER INSERT OR UPDATE ON pg_temp.idempo_txn_attempts
-            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.replicated)
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.kind IN ('durability', 'probe'))
             EXECUTE FUNCTION idempo.managed_durability_check();
     END IF;
 END
@@ -57,12 +59,39 @@ $$;
 
 -- Before the commit of a transaction that acquired a key of a scope with durability
 -- 'replicated': refused (ID001) unless the commit waits for a synchronous standby (durability.c,
--- with the settings a session can read)
+-- with the settings a session can read).  The event of the transaction's 'durability' row fires
+-- at the commit (a deferred constraint trigger: PL/pgSQL has no commit hook), after any SET
+-- LOCAL of the transaction -- unless SET CONSTRAINTS ... IMMEDIATE fires it earlier, after
+-- which a SET LOCAL synchronous_commit = local went unseen.  So the trigger first finds out
+-- whether its constraint is deferred now (a probe event of the same constraint fires at the end
+-- of its INSERT only if it is immediate): deferred, it is the commit (or PREPARE), and it checks;
+-- immediate, it is not, and it defers the constraint again and queues its event anew, for the
+-- commit.  SECURITY DEFINER: it writes idempo's owner's table, at the caller's commit.
 CREATE FUNCTION idempo.managed_durability_check() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     why text;
+    a record;
 BEGIN
+    IF NEW.kind = 'probe' THEN
+        PERFORM set_config('idempo.managed_durability_probe', 'immediate', true);
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('idempo.managed_durability_probe', '', true);
+    INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (NEW.xact, 'probe');
+    DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact = NEW.xact AND t.kind = 'probe';
+    IF current_setting('idempo.managed_durability_probe') = 'immediate' THEN
+        SET CONSTRAINTS pg_temp.idempo_durability DEFERRED;
+        UPDATE pg_temp.idempo_txn_attempts t SET xact = t.xact WHERE t.xact = NEW.xact AND t.kind = 'durability';
+        RETURN NULL;
+    END IF;
+    -- the commit: the first acquisition it holds in such a scope (a rolled-back subtransaction's
+    -- rows are gone, and one acquired again in a scope now 'local' is not 'replicated' any more)
+    SELECT t.scope, t.key INTO a FROM pg_temp.idempo_txn_attempts t
+     WHERE t.xact = NEW.xact AND t.kind = 'attempt' AND t.replicated ORDER BY t.ctid LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
     IF current_setting('max_wal_senders')::int <= 0 THEN
         why := 'max_wal_senders is 0, so no standby can be synchronous';
     ELSIF current_setting('synchronous_commit') IN ('off', 'local') THEN
@@ -71,8 +100,8 @@ BEGIN
         why := 'no synchronous standby is configured (synchronous_standby_names is empty)';
     END IF;
     IF why IS NOT NULL THEN
-        RAISE EXCEPTION 'cannot commit the claim of key "%" in scope "%": the commit would not wait for a synchronous standby', NEW.key, NEW.scope
-            USING ERRCODE = 'ID001', DETAIL = format('Scope "%s" has durability ''replicated'', and %s.', NEW.scope, why),
+        RAISE EXCEPTION 'cannot commit the claim of key "%" in scope "%": the commit would not wait for a synchronous standby', a.key, a.scope
+            USING ERRCODE = 'ID001', DETAIL = format('Scope "%s" has durability ''replicated'', and %s.', a.scope, why),
                   HINT = 'Commit with synchronous_commit = on, remote_write or remote_apply and a synchronous standby (synchronous_standby_names, or Patroni''s synchronous_mode); or, if a failover may lose the claim, alter the scope with durability => ''local''.';
     END IF;
     RETURN NULL;
@@ -95,6 +124,10 @@ BEGIN
     IF NOT FOUND THEN
         INSERT INTO pg_temp.idempo_txn_attempts
         VALUES (cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated);
+    END IF;
+    -- the transaction's durability row, whose event is checked at the commit (once per transaction)
+    IF p_replicated AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
+        INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
     END IF;
 END
 $$;
