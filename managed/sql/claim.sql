@@ -298,7 +298,8 @@ $$;
 -- idempo's holders from others.
 CREATE FUNCTION idempo.managed_key_sign(p_scope text, p_key text) RETURNS bigint
     LANGUAGE sql STABLE AS $$
-    SELECT ('x' || encode(substr(sha256(sha256(convert_to(p_scope, 'UTF8')) || convert_to(p_key, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint
+    SELECT ('x' || encode(substr(sha256(sha256(convert_to(p_scope, getdatabaseencoding()))
+                                        || convert_to(p_key, getdatabaseencoding())), 1, 8), 'hex'))::bit(64)::bigint
 $$;
 
 -- Which of these signs another transaction of idempo's holds: a backend that holds the
@@ -352,9 +353,10 @@ BEGIN
     -- transaction of idempo's holds the sign (managed_signs_held: one that holds
     -- idempo.operations in ROW EXCLUSIVE mode, which only idempo's functions and its owner can
     -- take, so that a session of any other role holding that advisory lock changes nothing; a
-    -- wait => false claim_batch looked once for all its keys, idempo.managed_batch_held).  Two keys share a
-    -- sign with a chance of 2^-64, and then the claim of one answers busy while the other is
-    -- claimed in another transaction: a sign never makes a claim wait, nor hands a key out twice.
+    -- wait => false claim_batch looked once for all its keys: idempo.managed_batch_held).  Two
+    -- keys share a sign with a chance of 2^-64, and then the claim of one answers busy while the
+    -- other is claimed in another transaction: a sign never makes a claim wait, nor hands a key
+    -- out twice.
     -- Not for a transaction that had written before this claim (p_may_hold: it had a
     -- transaction id): it may hold the key's record itself (it finished, verified or resolved
     -- the key, or released and so deleted it, before claiming it) while another claim holding
