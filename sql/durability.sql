@@ -38,6 +38,27 @@ SET LOCAL synchronous_commit = off;
 SELECT outcome FROM idempo.claim('ship', 'order-2');
 COMMIT;
 
+-- SET CONSTRAINTS ALL IMMEDIATE does not bring the check forward: it is made at the commit, with
+-- the commit's settings (synchronous_commit set after it is seen), however often it is run and
+-- also when the statements come in one query string
+BEGIN;
+SELECT outcome FROM idempo.claim('ship', 'order-2c');
+SET CONSTRAINTS ALL IMMEDIATE;
+SET LOCAL synchronous_commit = local;
+COMMIT;
+BEGIN;
+SET CONSTRAINTS ALL IMMEDIATE;
+SELECT outcome FROM idempo.claim('ship', 'order-2d');
+SELECT outcome FROM idempo.claim('note', 'note-2d');
+SET CONSTRAINTS ALL IMMEDIATE;
+SET CONSTRAINTS ALL DEFERRED;
+SET LOCAL synchronous_commit = off;
+COMMIT;
+BEGIN;
+SELECT outcome FROM idempo.claim('ship', 'order-2e');
+SET CONSTRAINTS ALL IMMEDIATE \; SET CONSTRAINTS ALL IMMEDIATE \; SET LOCAL synchronous_commit = local \; COMMIT;
+SELECT count(*) AS records FROM idempo.operations WHERE key IN ('order-2c', 'order-2d', 'note-2d', 'order-2e');
+
 -- An acquisition undone by a rolled-back savepoint does not count; a released one does.
 BEGIN;
 SAVEPOINT a;

@@ -8,10 +8,11 @@
 --   answers come back in input order.  Two batches of overlapping keys take the keys' locks in
 --   one order whatever their input order, so they wait for each other but never deadlock.
 -- - Duplicates.  A key given again (the same stored key) names its first occurrence in
---   duplicate_of.  With the same params as the first (the same fingerprint under the scope's
---   rules, or either has none) it gets the first occurrence's answer without another claim;
---   with other params it is claimed again.  Either way 'acquired' and 'unknown', the answers
---   that hand out the work, become 'busy' after the first element handed it.
+--   duplicate_of, and is decided by the same claim() as a single claim of it in the same
+--   transaction (a replay, a conflict with the stored request, a refusal of an element without
+--   params in a require_fingerprint scope...): no second copy of the claim's rules.  Then, if
+--   that answer hands out the work ('acquired', 'unknown') that an earlier occurrence of the
+--   key was already handed, it answers 'busy'.
 -- - Bad input (arrays of more than one dimension or of another length than keys, more than
 --   10,000 elements, NULL keys, NULL wait or complete_on_commit; blank or oversized keys, an
 --   unknown scope) is refused with the C edition's SQLSTATE and message before anything is
@@ -52,12 +53,12 @@ BEGIN
 END
 $$;
 
--- The scope argument, checked before the arrays as keys.c's idempo_scope_arg: NULL, blank or
--- too long (managed_scope raises those before it reads the scope)
+-- The scope argument, checked before the arrays as keys.c's idempo_scope_arg: NULL, blank (the
+-- whitespace of managed_scope) or too long (managed_scope raises those before it reads the scope)
 CREATE FUNCTION idempo.managed_batch_scope_arg(p_scope text) RETURNS void
     LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF p_scope IS NULL OR btrim(p_scope, E' \t\n\r\f\v') = '' OR octet_length(p_scope) > 128 THEN
+    IF p_scope IS NULL OR btrim(p_scope, E' \t\n\r\f\x0b') = '' OR octet_length(p_scope) > 128 THEN
         PERFORM idempo.managed_scope(p_scope, NULL, NULL);
     END IF;
 END
@@ -141,7 +142,6 @@ DECLARE
     t timestamptz[] := claim_batch.intent_at[:];
     n integer := coalesce(cardinality(claim_batch.keys), 0);
     o record;
-    fps bytea[];
     answers idempo.claim_result[];
     a idempo.claim_result;
     handed boolean[];
@@ -167,45 +167,40 @@ BEGIN
     END IF;
 
     SELECT * INTO o FROM idempo.managed_batch_order(claim_batch.scope, k);
-    -- the fingerprints the duplicate rule compares, as the claim computes them, before anything
-    -- is claimed (a params document the scope's rules refuse fails the batch before any claim)
-    fps := array_fill(NULL::bytea, ARRAY[n]);
-    FOREACH f IN ARRAY o.ord LOOP
-        IF o.firsts[f] IS NOT NULL AND p IS NOT NULL THEN
-            IF p[o.firsts[f]] IS NOT NULL AND fps[o.firsts[f]] IS NULL THEN
-                fps[o.firsts[f]] := idempo.managed_params_fingerprint(o.s, p[o.firsts[f]]);
-            END IF;
-            IF p[f] IS NOT NULL THEN
-                fps[f] := idempo.managed_params_fingerprint(o.s, p[f]);
-            END IF;
-        END IF;
-    END LOOP;
 
     -- each element in the order of the stored keys.  With wait => false in a transaction that
     -- had written nothing before the batch, every element's claim is told so (the claim would
     -- take the batch's own earlier writes for the transaction's): a key another transaction is
-    -- inserting then answers busy from its advisory lock at once, as the C edition's does,
-    -- instead of waiting out the claim's 10 ms lock_timeout on the insertion (and raising 40001
-    -- under REPEATABLE READ or SERIALIZABLE where the inserter commits within them).  The
-    -- transaction holds no record but those of the batch's keys; a key given again finds the
-    -- advisory lock its first occurrence took (or busy again, as that one answered).
+    -- inserting then answers busy from the key's sign at once (managed_decide), as the C
+    -- edition's does, instead of waiting out the claim's 10 ms lock_timeout on the insertion
+    -- (and raising 40001 under REPEATABLE READ or SERIALIZABLE where the inserter commits within
+    -- them).  The transaction holds no record but those of the batch's keys; a key given again
+    -- is this transaction's own (its sign is this transaction's) or busy again, as its first
+    -- occurrence answered.
     IF NOT claim_batch.wait AND NOT wrote_before THEN
         PERFORM set_config('idempo.managed_batch_fresh', 'on', true);
     END IF;
+    -- with wait => false, which of the keys' signs other transactions of idempo's hold now: one
+    -- look at pg_locks for the batch instead of one per key held (managed_decide; a sign taken
+    -- since is looked up by its claim).  What a caller sets there only changes its own answers.
+    IF NOT claim_batch.wait THEN
+        PERFORM set_config('idempo.managed_batch_held', idempo.managed_signs_held(
+            ARRAY(SELECT idempo.managed_key_sign((o.s).name, idempo.managed_key(o.s, x)) FROM unnest(k) x))::text, true);
+    END IF;
     answers := array_fill(NULL::idempo.claim_result, ARRAY[n]);
     FOREACH f IN ARRAY o.ord LOOP
-        IF o.firsts[f] IS NOT NULL AND (fps[f] IS NULL OR fps[o.firsts[f]] IS NULL OR fps[f] = fps[o.firsts[f]]) THEN
-            answers[f] := answers[o.firsts[f]];   -- the same request again: the first's answer
-        ELSE
-            answers[f] := idempo.claim(claim_batch.scope, k[f], p[f], NULL, claim_batch.run_id, t[f],
-                                       claim_batch.wait, claim_batch.complete_on_commit);
-        END IF;
+        answers[f] := idempo.claim(claim_batch.scope, k[f], p[f], NULL, claim_batch.run_id, t[f],
+                                   claim_batch.wait, claim_batch.complete_on_commit);
     END LOOP;
     IF NOT claim_batch.wait AND NOT wrote_before THEN
         PERFORM set_config('idempo.managed_batch_fresh', '', true);
     END IF;
+    IF NOT claim_batch.wait THEN
+        PERFORM set_config('idempo.managed_batch_held', '', true);
+    END IF;
 
-    -- in input order; the work goes to one element of a key: later ones answer busy
+    -- in input order (for the occurrences of one key, the order they were claimed in): the
+    -- work goes to one element of a key, later ones that would be handed it answer busy
     handed := array_fill(false, ARRAY[n]);
     FOR i IN 1 .. n LOOP
         a := answers[i];

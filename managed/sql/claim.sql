@@ -29,7 +29,9 @@ BEGIN
     IF t IS NULL THEN
         -- kind 'attempt': an attempt this transaction acquired; 'verify': a verification lease it
         -- took (claim.c: verify_leases), known by the exact lease_until it wrote; 'conflict': a
-        -- conflict it recorded itself (only so that it cannot PREPARE)
+        -- conflict it recorded itself (only so that it cannot PREPARE); 'durability': one row once
+        -- it acquired in a scope with durability 'replicated', whose event is checked at the
+        -- commit, and 'probe' (managed_durability_check)
         CREATE TEMPORARY TABLE idempo_txn_attempts (
             xact xid8, scope text, key text, kind text, attempt integer, on_commit boolean,
             finished boolean, lease_until timestamptz, replicated boolean);
@@ -49,7 +51,7 @@ BEGIN
         -- like (durability.c); the events of a rolled-back subtransaction go with it.  (Created
         -- again when a DROP EXTENSION took it with the function.)
         CREATE CONSTRAINT TRIGGER idempo_durability AFTER INSERT OR UPDATE ON pg_temp.idempo_txn_attempts
-            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.replicated)
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.kind IN ('durability', 'probe'))
             EXECUTE FUNCTION idempo.managed_durability_check();
     END IF;
 END
@@ -57,12 +59,39 @@ $$;
 
 -- Before the commit of a transaction that acquired a key of a scope with durability
 -- 'replicated': refused (ID001) unless the commit waits for a synchronous standby (durability.c,
--- with the settings a session can read)
+-- with the settings a session can read).  The event of the transaction's 'durability' row fires
+-- at the commit (a deferred constraint trigger: PL/pgSQL has no commit hook), after any SET
+-- LOCAL of the transaction -- unless SET CONSTRAINTS ... IMMEDIATE fires it earlier, after
+-- which a SET LOCAL synchronous_commit = local went unseen.  So the trigger first finds out
+-- whether its constraint is deferred now (a probe event of the same constraint fires at the end
+-- of its INSERT only if it is immediate): deferred, it is the commit (or PREPARE), and it checks;
+-- immediate, it is not, and it defers the constraint again and queues its event anew, for the
+-- commit.  SECURITY DEFINER: it writes idempo's owner's table, at the caller's commit.
 CREATE FUNCTION idempo.managed_durability_check() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     why text;
+    a record;
 BEGIN
+    IF NEW.kind = 'probe' THEN
+        PERFORM set_config('idempo.managed_durability_probe', 'immediate', true);
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('idempo.managed_durability_probe', '', true);
+    INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (NEW.xact, 'probe');
+    DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact = NEW.xact AND t.kind = 'probe';
+    IF current_setting('idempo.managed_durability_probe') = 'immediate' THEN
+        SET CONSTRAINTS pg_temp.idempo_durability DEFERRED;
+        UPDATE pg_temp.idempo_txn_attempts t SET xact = t.xact WHERE t.xact = NEW.xact AND t.kind = 'durability';
+        RETURN NULL;
+    END IF;
+    -- the commit: the first acquisition it holds in such a scope (a rolled-back subtransaction's
+    -- rows are gone, and one acquired again in a scope now 'local' is not 'replicated' any more)
+    SELECT t.scope, t.key INTO a FROM pg_temp.idempo_txn_attempts t
+     WHERE t.xact = NEW.xact AND t.kind = 'attempt' AND t.replicated ORDER BY t.ctid LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
     IF current_setting('max_wal_senders')::int <= 0 THEN
         why := 'max_wal_senders is 0, so no standby can be synchronous';
     ELSIF current_setting('synchronous_commit') IN ('off', 'local') THEN
@@ -71,8 +100,8 @@ BEGIN
         why := 'no synchronous standby is configured (synchronous_standby_names is empty)';
     END IF;
     IF why IS NOT NULL THEN
-        RAISE EXCEPTION 'cannot commit the claim of key "%" in scope "%": the commit would not wait for a synchronous standby', NEW.key, NEW.scope
-            USING ERRCODE = 'ID001', DETAIL = format('Scope "%s" has durability ''replicated'', and %s.', NEW.scope, why),
+        RAISE EXCEPTION 'cannot commit the claim of key "%" in scope "%": the commit would not wait for a synchronous standby', a.key, a.scope
+            USING ERRCODE = 'ID001', DETAIL = format('Scope "%s" has durability ''replicated'', and %s.', a.scope, why),
                   HINT = 'Commit with synchronous_commit = on, remote_write or remote_apply and a synchronous standby (synchronous_standby_names, or Patroni''s synchronous_mode); or, if a failover may lose the claim, alter the scope with durability => ''local''.';
     END IF;
     RETURN NULL;
@@ -95,6 +124,10 @@ BEGIN
     IF NOT FOUND THEN
         INSERT INTO pg_temp.idempo_txn_attempts
         VALUES (cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated);
+    END IF;
+    -- the transaction's durability row, whose event is checked at the commit (once per transaction)
+    IF p_replicated AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
+        INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
     END IF;
 END
 $$;
@@ -259,6 +292,34 @@ CREATE FUNCTION idempo.managed_stale_note(intent_at timestamptz) RETURNS text
     SELECT format('intent_at %s is older than the scope''s retention; a finished record may already have been purged', intent_at)
 $$;
 
+-- The sign of a key that a claim may insert (managed_decide): 64 bits of the SHA-256 of the
+-- scope's digest and the key, the argument of the one-integer advisory locks.  No secret: any
+-- role can take this lock (and pg_locks shows the ones held), and managed_signs_held tells
+-- idempo's holders from others.
+CREATE FUNCTION idempo.managed_key_sign(p_scope text, p_key text) RETURNS bigint
+    LANGUAGE sql STABLE AS $$
+    SELECT ('x' || encode(substr(sha256(sha256(convert_to(p_scope, getdatabaseencoding()))
+                                        || convert_to(p_key, getdatabaseencoding())), 1, 8), 'hex'))::bit(64)::bigint
+$$;
+
+-- Which of these signs another transaction of idempo's holds: a backend that holds the
+-- advisory lock and idempo.operations in ROW EXCLUSIVE mode, which a role can take only through
+-- idempo's functions (or as its owner).  One look at pg_locks for them all (claim_batch asks
+-- once for its keys: managed_decide).
+CREATE FUNCTION idempo.managed_signs_held(p_signs bigint[]) RETURNS bigint[]
+    LANGUAGE sql STABLE AS $$
+    WITH l AS (
+        SELECT l.pid, l.locktype, l.classid, l.objid, l.objsubid, l.relation, l.mode
+          FROM pg_catalog.pg_lock_status() l
+         WHERE l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+           AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()))
+    SELECT coalesce(array_agg(s), '{}') FROM unnest(p_signs) s
+     WHERE s IN (SELECT (a.classid::bigint << 32) | a.objid::bigint FROM l a
+                  WHERE a.locktype = 'advisory' AND a.objsubid = 1
+                    AND a.pid IN (SELECT r.pid FROM l r WHERE r.locktype = 'relation' AND r.mode = 'RowExclusiveLock'
+                                                          AND r.relation = 'idempo.operations'::regclass))
+$$;
+
 -- claim.c's claim_locked() and decide_existing(): the decision for one key, writing what it
 -- changes.  p_mode: 'wait' (FOR UPDATE), 'nowait' (FOR UPDATE SKIP LOCKED), 'read' (read-only:
 -- no lock, no write).
@@ -276,29 +337,38 @@ DECLARE
     lease_over_retry boolean := false;
     n integer;
     expiry text;
+    sign bigint;
+    signed boolean := true;
 BEGIN
     record_conflict := false;
-    -- The key's lock, held to the end of the transaction: what the C edition reads from the
-    -- primary key with a dirty snapshot (direct.c), whether another transaction is inserting the
-    -- key, is not visible to SQL, and an INSERT would wait for it.  So every claim that may
-    -- insert takes a transaction-level advisory lock on the key first (a space of its own:
-    -- the two-integer form, first integer "idmp"; a hash collision makes an unrelated key wait
-    -- or look busy, never acquired twice), and wait => false answers busy when it cannot have it.
-    -- Not for a transaction that had written before this claim (p_may_hold: it had a transaction
-    -- id): it may hold the key's record already (it finished, verified or resolved the key, or
-    -- released and so deleted it, before claiming it), and the claim that holds the key's lock
-    -- may be waiting for that record, so waiting for the lock deadlocked (40P01;
-    -- test/isolation/specs/claim_after_own_finish.spec).  Such a claim goes on without the
-    -- key's lock, as the C edition does: the primary key and the record's row lock decide
-    -- (never acquired twice), and a wait => false claim that meets its insertion answers busy
-    -- when its lock_timeout cuts the wait.  The others wait for the lock without reading the
-    -- key first (under SERIALIZABLE such a read would make a release committed meanwhile a
-    -- serialization failure: remembered_claim_concurrent.spec).
-    IF p_mode <> 'read' AND NOT pg_try_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k))
-       AND NOT p_may_hold THEN
-        IF p_mode = 'wait' THEN
-            PERFORM pg_advisory_xact_lock(1768189296, hashtext(s.name || E'\x1f' || k));
-        ELSE
+    -- Claims of a key serialize on the key's record itself, which only idempo's functions can
+    -- lock and which no other key shares: the primary key (an INSERT ... ON CONFLICT waits for a
+    -- transaction inserting the same key, and only that key) and the record's row lock (FOR
+    -- UPDATE; wait => false: SKIP LOCKED, and busy for a record someone holds).
+    -- What SQL cannot see is a key another transaction is inserting, which the C edition reads
+    -- from the primary key with a dirty snapshot to answer wait => false with busy at once
+    -- (direct.c): an INSERT waits for it.  So a claim that may insert also takes the key's sign,
+    -- a transaction-level advisory lock named by 64 bits of a digest of scope and key
+    -- (managed_key_sign), without ever waiting for it; wait => false answers busy when another
+    -- transaction of idempo's holds the sign (managed_signs_held: one that holds
+    -- idempo.operations in ROW EXCLUSIVE mode, which only idempo's functions and its owner can
+    -- take, so that a session of any other role holding that advisory lock changes nothing; a
+    -- wait => false claim_batch looked once for all its keys: idempo.managed_batch_held).  Two
+    -- keys share a sign with a chance of 2^-64, and then the claim of one answers busy while the
+    -- other is claimed in another transaction: a sign never makes a claim wait, nor hands a key
+    -- out twice.
+    -- Not for a transaction that had written before this claim (p_may_hold: it had a
+    -- transaction id): it may hold the key's record itself (it finished, verified or resolved
+    -- the key, or released and so deleted it, before claiming it) while another claim holding
+    -- the sign waits for that record, so it goes on as the C edition does, and a wait => false
+    -- claim that meets another transaction's insertion answers busy when its lock_timeout cuts
+    -- the wait (claim()).
+    IF p_mode <> 'read' THEN
+        sign := idempo.managed_key_sign(s.name, k);
+        signed := pg_try_advisory_xact_lock(sign);
+        IF NOT signed AND p_mode = 'nowait' AND NOT p_may_hold
+           AND (sign = ANY (coalesce(nullif(current_setting('idempo.managed_batch_held', true), ''), '{}')::bigint[])
+                OR sign = ANY (idempo.managed_signs_held(ARRAY[sign]))) THEN
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
             outcome := 'busy';
             RETURN;
@@ -323,6 +393,11 @@ BEGIN
             INSERT INTO idempo.operations SELECT o.* ON CONFLICT (scope, key) DO NOTHING;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
+                -- inserted after waiting for another insertion, whose transaction ended: sign
+                -- the key now, for the wait => false claims that come while this one runs
+                IF NOT signed THEN
+                    PERFORM pg_try_advisory_xact_lock(sign);
+                END IF;
                 outcome := 'acquired';
                 PERFORM idempo.managed_txn_remember(s.name, k, 1, p_on_commit, s.durability = 'replicated');
                 RETURN;
@@ -353,6 +428,9 @@ BEGIN
             INSERT INTO idempo.operations SELECT o.* ON CONFLICT (scope, key) DO NOTHING;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
+                IF NOT signed THEN
+                    PERFORM pg_try_advisory_xact_lock(sign);
+                END IF;
                 review_id := idempo.managed_open_review(s.name, k, 'stale_retry',
                                                         idempo.managed_stale_note(p_intent_at), p_now);
                 outcome := 'stale';
@@ -488,7 +566,7 @@ $$;
 
 -- The fingerprint of a claim's params under its scope's rules (claim.c: idempo_claim_fingerprint):
 -- only the fields the scope includes (fingerprint_include.c), then without those it ignores, the
--- ignore list checked first.  Also what claim_batch compares a key given twice by (batch.sql).
+-- ignore list checked first.
 CREATE FUNCTION idempo.managed_params_fingerprint(s idempo.scopes, params jsonb) RETURNS bytea
     LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -565,9 +643,10 @@ $$;
 -- database, through dblink and a foreign server named idempo_conflicts with a user mapping for
 -- idempo's owner (docs/managed-edition.md), one connection per conflict (a named connection
 -- would stay open in the session, for any role in it to use), with a lock_timeout so that a
--- lock of this very transaction cannot hang it.  Where that is not configured or fails, the
--- row is written in the caller's transaction, with the C edition's WARNING that it is kept
--- only if that transaction commits.
+-- lock of this very transaction cannot hang it: its id is returned.  Where that is not
+-- configured or fails, the row is written in the caller's transaction, with the C edition's
+-- WARNING that it is kept only if that transaction commits, and no id is returned (NULL): a
+-- conflict_id names only a conflict that is kept whatever the caller does next.
 CREATE FUNCTION idempo.managed_conflict(p_scope text, p_key text, p_stored bytea, p_incoming bytea,
                                         p_stored_params jsonb, p_incoming_params jsonb,
                                         p_run_id text, p_at timestamptz)
@@ -607,16 +686,16 @@ BEGIN
             why := format('The conflict recorder (dblink, foreign server idempo_conflicts) failed: %s', SQLERRM);
         END;
     END IF;
-    id := idempo.managed_record_conflict(p_scope, p_key, p_stored, p_incoming, p_stored_params,
-                                         p_incoming_params, p_run_id, p_at);
+    PERFORM idempo.managed_record_conflict(p_scope, p_key, p_stored, p_incoming, p_stored_params,
+                                           p_incoming_params, p_run_id, p_at);
     -- such a transaction cannot PREPARE (conflicts.c: refuse_prepare): it touched a temporary
     -- table, which PREPARE TRANSACTION refuses (0A000)
     PERFORM idempo.managed_txn_note('conflict', p_scope, p_key, NULL, false, NULL, false);
     RAISE WARNING 'conflict on key "%" in scope "%" is recorded in the current transaction only', p_key, p_scope
         USING DETAIL = why,
-              HINT = 'If this transaction rolls back, the conflict is not kept.'
+              HINT = 'If this transaction rolls back, the conflict is not kept (so the claim returns no conflict_id).'
                      || CASE WHEN q IS NULL THEN ' Define the foreign server idempo_conflicts for dblink (docs/managed-edition.md).' ELSE '' END;
-    RETURN id;
+    RETURN NULL;
 END
 $$;
 
@@ -880,9 +959,10 @@ BEGIN
                       DETAIL = 'Another session holds a lock on idempo.operations or its primary key that conflicts with claiming, such as CREATE INDEX, REINDEX, VACUUM FULL, ALTER TABLE or LOCK TABLE.',
                       HINT = 'Retry later, or claim with wait => true to queue behind it.';
         END IF;
-        -- wait => false: the key's lock and locked records answer busy without waiting
+        -- wait => false: the key's sign and locked records answer busy without waiting
         -- (managed_decide); whatever else might make it wait (a record being deleted right
-        -- now, say) is cut short by a lock_timeout, in a subtransaction, and answers busy too
+        -- now, an insertion of the key without its sign) is cut short by a lock_timeout, in a
+        -- subtransaction, and answers busy too
         old_timeout := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '10ms', true);

@@ -29,7 +29,9 @@ BEGIN
         RAISE EXCEPTION 'scope must not be NULL' USING ERRCODE = '22004',
             HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
     END IF;
-    IF btrim(p_scope, E' \t\n\r\f\v') = '' THEN
+    -- blank: only C's isspace() (keys.c): space, \t \n \v \f \r; E'' strings have no \v escape
+    -- (E'\v' is the letter v), so the vertical tab is written \x0b
+    IF btrim(p_scope, E' \t\n\r\f\x0b') = '' THEN
         RAISE EXCEPTION '%', CASE WHEN p_scope = '' THEN 'scope must not be empty' ELSE 'scope must not be only whitespace' END
             USING ERRCODE = '22023', HINT = 'Pass the scope name, e.g. ''warehouse.outbound''.';
     END IF;
@@ -46,7 +48,7 @@ BEGIN
         RAISE EXCEPTION 'key must not be NULL (scope "%")', s.name USING ERRCODE = '22004',
             HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';
     END IF;
-    IF btrim(p_key, E' \t\n\r\f\v') = '' THEN
+    IF btrim(p_key, E' \t\n\r\f\x0b') = '' THEN
         RAISE EXCEPTION '%', CASE WHEN p_key = '' THEN format('key must not be empty (scope "%s")', s.name)
                                   ELSE format('key must not be only whitespace (scope "%s")', s.name) END
             USING ERRCODE = '22023', HINT = 'Pass the stable identity of the business action, e.g. ''order-1001/shipment-1''.';

@@ -170,12 +170,35 @@ $$;
 -- What the pg_cron job calls: batches, each committed, while the last one was full (as the C
 -- edition's sweeper loops), at most max_batches.  A procedure, SECURITY INVOKER and without SET
 -- clauses, so that it may COMMIT; the job runs as the role that scheduled it (idempo's owner).
+-- Each batch first takes the locks of every table and sequence the sweep uses, in one go and
+-- without waiting (NOWAIT; a 1 ms lock_timeout for the sequences, which LOCK TABLE does not
+-- take), and the round leaves when one is held or awaited: a round that held idempo.operations
+-- and then waited to read idempo.scopes deadlocked with a DROP EXTENSION that held scopes and
+-- waited for operations (40P01 after deadlock_timeout, the round or the drop cancelled).  So a
+-- round never waits for a lock while it holds one of idempo's: a drop waits for the batch in
+-- flight, and the next round finds idempo gone.  (The C edition's sweeper holds the
+-- extension's own lock, which DROP EXTENSION takes first; SQL cannot take it.)
 CREATE PROCEDURE idempo.sweep_until_done(batch integer DEFAULT 1000, max_batches integer DEFAULT 100)
     LANGUAGE plpgsql AS $$
 DECLARE
     seen bigint;
+    old_timeout text := current_setting('lock_timeout');
 BEGIN
     FOR i IN 1 .. max_batches LOOP
+        BEGIN
+            LOCK TABLE idempo.scopes, idempo.operations, idempo.reviews, idempo.events IN ROW EXCLUSIVE MODE NOWAIT;
+            PERFORM set_config('lock_timeout', '1ms', true);
+            PERFORM FROM idempo.reviews_id_seq;
+            PERFORM FROM idempo.events_id_seq;
+            PERFORM set_config('lock_timeout', old_timeout, true);
+        EXCEPTION WHEN lock_not_available OR undefined_table OR invalid_schema_name THEN
+            -- idempo is gone (a drop committed since the last batch): nothing to sweep
+            IF to_regclass('idempo.operations') IS NOT NULL THEN
+                RAISE NOTICE 'idempo sweep: the round stops: % (the next round sweeps)', SQLERRM
+                    USING DETAIL = 'A lock on one of idempo''s tables is held or awaited, by DROP EXTENSION, ALTER TABLE, VACUUM FULL, LOCK TABLE or the like; the sweep does not wait for it while holding its own.';
+            END IF;
+            RETURN;
+        END;
         SELECT m.rows_seen INTO seen FROM idempo.managed_sweep(batch) m;
         COMMIT;
         EXIT WHEN seen < batch;
