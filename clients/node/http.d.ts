@@ -26,3 +26,8 @@ export declare class Refusal extends Error { readonly reply: Answer; }
 /** The options' check every middleware makes when it is made: onError other than 'doubt' or
  *  'retry' is a TypeError (its message starts with `where`).  Returns the options. */
 export declare function checkOptions<T extends Partial<MiddlewareOptions> | null | undefined>(options: T, where?: string): T;
+/** The 503 (problem type #database-unavailable, Retry-After: 1) the middleware answers when the
+ *  database could not be reached or the request's connection was lost before its outcome committed. */
+export declare function unavailable(options: { problemTypeBase?: string }): Answer;
+/** Whether an error means a lost connection, or none to be had (as idempo's isConnectionError). */
+export declare function isConnectionError(err: unknown): boolean;

@@ -18,7 +18,7 @@
 // it again.  The same rule as idempo's Python middleware (Route(calls_out=True, on_error=...)).
 const crypto = require('node:crypto');
 const { rawJson, Outcome } = require('./client');
-const { sqlstateOf } = require('./errors');
+const { sqlstateOf, isConnectionError } = require('./errors');
 
 const MAX_KEY_LENGTH = 255;
 const DEFAULT_TYPE_BASE = 'https://idempo.dev/problems';
@@ -210,6 +210,15 @@ function answerFor(claimOrError, options) {
   }
 }
 
+// The database could not be reached or the connection was lost before the request's outcome
+// committed: nothing is stored for the key (lost during COMMIT, nobody can tell; the retry with
+// the same key replays what did commit).  A 503 the client retries, never a 500.
+function unavailable(options) {
+  return problem(503, 'database-unavailable', 'The database could not be reached',
+    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': '1' },
+    options.problemTypeBase);
+}
+
 // A promise and its resolve/reject, to keep a transaction open across a framework's callbacks.
 function deferred() {
   let resolve;
@@ -387,7 +396,12 @@ class Exchange {
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
-    if (this.reply) this.reply.reject(err ?? new NotStored());
+    if (this.reply) {
+      // nobody waits for the reply when the transaction failed before it (a claim that could not
+      // reach the database): unhandled, the rejection would end the process
+      this.reply.promise.catch(() => {});
+      this.reply.reject(err ?? new NotStored());
+    }
     if (this.txDone) await this.txDone.catch(() => {});
     if (this.mode === 'lease' && this.claim) {
       if (this.beat) await this.beat.stop();
@@ -415,6 +429,7 @@ async function beginRequest(idem, options, req, view) {
   } catch (err) {
     if (err instanceof Refusal) return { answer: err.reply };
     if (exchange) await exchange.abandon(err);
+    if (isConnectionError(err)) return { answer: unavailable(options) };
     throw err;
   }
 }
@@ -437,5 +452,6 @@ function scopeOf(options, req) {
 
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
-  checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
+  checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart, unavailable,
+  isConnectionError,
 };

@@ -158,6 +158,22 @@ for (const framework of ['express', 'fastify']) {
       assert.equal(await ordersOf(body.customer), 1);
     });
 
+    test('the server ends the transaction\'s connection mid-request: 503 + Retry-After, nothing stored, the service lives and the retry runs', async () => {
+      const k = newKey();
+      const body = { customer: c('lost'), sku: 'LOST', qty: 1 };
+      const failed = await post('/orders', body, k);
+      assert.equal(failed.status, 503, failed.body);
+      assert.equal(failed.headers['retry-after'], '1');
+      assert.match(failed.headers['content-type'], /^application\/problem\+json/);
+      assert.equal(JSON.parse(failed.body).type, 'https://idempo.dev/problems#database-unavailable');
+      assert.equal(service.child.exitCode, null, 'the service is alive');
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
+      assert.equal(await ordersOf(body.customer), 0);
+      const retry = await post('/orders', body, k);
+      assert.equal(retry.status, 201, retry.body);
+      assert.equal(await ordersOf(body.customer), 1);
+    });
+
     test('the store rule: a 4xx the handler decided (404) is stored and replayed by default, a 409 is not; with store: 2xx only the 404 is not', async () => {
       const k = newKey();
       const gone = { customer: c('gone'), sku: 'GONE', qty: 1 };
