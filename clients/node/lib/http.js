@@ -21,6 +21,10 @@ const { rawJson, Outcome } = require('./client');
 const { sqlstateOf, isConnectionError } = require('./errors');
 
 const MAX_KEY_LENGTH = 255;
+// Arrays and objects nested deeper in a JSON body are refused (400 json-too-deep), nothing
+// claimed: JSON.stringify of the parsed body threw RangeError (a 500) at some thousands of
+// levels.  64 is System.Text.Json's default; the Python middleware has the same limit.
+const MAX_JSON_DEPTH = 64;
 const DEFAULT_TYPE_BASE = 'https://idempo.dev/problems';
 
 class Refusal extends Error {
@@ -116,19 +120,52 @@ function mediaTypeOf(contentType) {
 }
 const isJson = (mediaType) => mediaType === 'application/json' || mediaType.endsWith('+json');
 
+// Whether a JSON text, or a parsed value, nests arrays and objects more than limit deep.  Without
+// recursion, so that no depth makes it fail.
+function jsonTooDeep(value, limit = MAX_JSON_DEPTH) {
+  if (typeof value === 'string') {
+    let depth = 0;
+    let inString = false;
+    for (let i = 0; i < value.length; i += 1) {
+      const c = value.charCodeAt(i);
+      if (inString) {
+        if (c === 0x5c) i += 1;                     // a backslash: skip the escaped character
+        else if (c === 0x22) inString = false;
+      } else if (c === 0x22) inString = true;
+      else if (c === 0x5b || c === 0x7b) { depth += 1; if (depth > limit) return true; }
+      else if (c === 0x5d || c === 0x7d) depth -= 1;
+    }
+    return false;
+  }
+  const stack = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop();
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 // The fingerprint's input: method, path (with the query) and body.  A JSON body goes in as JSON
 // (the raw text when the application kept it, so big numbers keep every digit), any other body
 // as its media type and SHA-256.  Key order, whitespace and 2 vs 2.0 do not matter (jsonb).
-function paramsOf({ method, path, contentType, body, rawBody }) {
+function paramsOf({ method, path, contentType, body, rawBody }, typeBase) {
   const head = `{"method":${JSON.stringify(method)},"path":${JSON.stringify(path)}`;
   const mediaType = mediaTypeOf(contentType);
   if (body === undefined || body === null || (Buffer.isBuffer(body) && body.length === 0) || body === '') {
     if (rawBody === undefined || rawBody === null || rawBody.length === 0) return rawJson(`${head}}`);
   }
   if (isJson(mediaType) || (body !== null && typeof body === 'object' && !Buffer.isBuffer(body))) {
-    const text = rawBody !== undefined && rawBody !== null && rawBody.length > 0
-      ? (Buffer.isBuffer(rawBody) ? rawBody.toString('utf8') : String(rawBody))
-      : JSON.stringify(body);
+    const raw = rawBody !== undefined && rawBody !== null && rawBody.length > 0
+      ? (Buffer.isBuffer(rawBody) ? rawBody.toString('utf8') : String(rawBody)) : null;
+    if (jsonTooDeep(raw ?? (Buffer.isBuffer(body) ? body.toString('utf8') : body))) {
+      throw new Refusal(problem(400, 'json-too-deep', 'The JSON body is nested too deeply',
+        `At most ${MAX_JSON_DEPTH} levels of nested arrays and objects.`, {}, typeBase));
+    }
+    const text = raw ?? JSON.stringify(body);
     return rawJson(`${head},"json":${text}}`);
   }
   const bytes = Buffer.isBuffer(rawBody) ? rawBody : Buffer.isBuffer(body) ? body : Buffer.from(String(rawBody ?? body), 'utf8');
@@ -423,7 +460,7 @@ async function beginRequest(idem, options, req, view) {
     const scope = scopeOf(options, req);
     const key = keyOf(req, options, view);
     if (key === null) return null;
-    exchange = new Exchange(idem, options, scope, key, paramsOf(view));
+    exchange = new Exchange(idem, options, scope, key, paramsOf(view, options.problemTypeBase));
     const begun = await exchange.begin();
     return begun.answer ? { answer: begun.answer } : { acquired: begun.acquired, exchange };
   } catch (err) {
@@ -453,5 +490,5 @@ function scopeOf(options, req) {
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
   checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart, unavailable,
-  isConnectionError,
+  isConnectionError, jsonTooDeep, MAX_JSON_DEPTH,
 };

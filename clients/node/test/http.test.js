@@ -122,6 +122,24 @@ for (const framework of ['express', 'fastify']) {
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, k)).status, 201);
     });
 
+    test('a JSON body nested deeper than 64 levels: 400 json-too-deep, the key stays unused (the Python middleware\'s limit)', async () => {
+      const MAX_JSON_DEPTH = 64;          // lib/http.js, and idempo.http.MAX_JSON_DEPTH
+      const k = newKey();
+      const order = { customer: c('deep'), sku: 'A-7', qty: 1 };
+      // the order object is one level: 'x' holds depth - 1 more
+      const nested = (depth) => `${JSON.stringify(order).slice(0, -1)},"x":${'['.repeat(depth - 1)}${']'.repeat(depth - 1)}}`;
+      for (const depth of [5000, MAX_JSON_DEPTH + 1]) {
+        const r = await post('/orders', nested(depth), k);
+        assert.equal(r.status, 400, `${depth}: ${r.body}`);
+        assert.match(r.headers['content-type'], /^application\/problem\+json/);
+        assert.equal(JSON.parse(r.body).type, 'https://idempo.dev/problems#json-too-deep');
+      }
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
+      assert.equal((await post('/orders', nested(MAX_JSON_DEPTH), k)).status, 201);
+      assert.equal(await ordersOf(order.customer), 1);
+      assert.equal(require('../lib/http').MAX_JSON_DEPTH, MAX_JSON_DEPTH);
+    });
+
     test('again while the first is still running: 409 + Retry-After, then the first commits once', async () => {
       const k = newKey();
       const body = { customer: c('cy'), sku: 'A-7', qty: 1 };

@@ -38,6 +38,10 @@ from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
 MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
+# Arrays and objects nested deeper in a JSON body are refused (400 json-too-deep) before anything
+# parses it: json.loads raised RecursionError (a 500) at about 1,000 levels, 2 KB of '['.  64 is
+# System.Text.Json's default; the Node middleware has the same limit.
+MAX_JSON_DEPTH = 64
 REPLAYED = 'idempotent-replayed'
 NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.
@@ -271,10 +275,33 @@ def key_from_fields(route: Route, info: RequestInfo) -> str:
     return '/'.join(parts)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = re.compile(rb'[\[\]{}]')
+
+
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a JSON text nests arrays and objects more than limit deep (its strings left out).
+    Without recursion, so that no depth makes it fail."""
+    if body.count(b'[') + body.count(b'{') <= limit:
+        return False
+    depth = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub(b'', body)):
+        if m.group() in (b'[', b'{'):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def parse_request(route: Route, method: str, path: str, headers: List[Tuple[str, str]], body: bytes) -> RequestInfo:
     media_type = next((v for n, v in headers if n == 'content-type'), '').split(';')[0].strip().lower()
     info = RequestInfo(method.upper(), path, headers, body, media_type)
     if body and (media_type == 'application/json' or media_type.endswith('+json')):
+        if json_too_deep(body):
+            raise Refusal(problem(400, 'json-too-deep', 'The JSON body is nested too deeply',
+                                  f'At most {MAX_JSON_DEPTH} levels of nested arrays and objects.', docs=route.docs))
         try:
             info.json, info.is_json = json.loads(body), True
         except ValueError as err:

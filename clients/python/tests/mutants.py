@@ -185,6 +185,14 @@ MUTANTS = [
      '401 is left to the lease',
      'idempo/flask.py', "            if ctx is not None and ctx.started is None:\n                ctx.started = False\n", "",
      'tests/test_http.py::test_refused_before_the_view_started_frees_the_key[flask]'),
+    # from a trial by outside users
+    ('json-depth-unchecked', 'a deeply nested JSON body reaches json.loads: RecursionError, a 500 (and deeper than '
+     "the Node middleware's limit accepted)",
+     'idempo/http.py', "        if json_too_deep(body):\n", "        if False:\n",
+     'tests/test_http.py::test_deeply_nested_json_is_refused_400_and_uses_no_key'),
+    ('json-depth-counts-strings', 'brackets inside JSON strings count toward the depth: a body with "[[[" in a string value is refused',
+     'idempo/http.py', "    for m in _BRACKET.finditer(_JSON_STRING.sub(b'', body)):", "    for m in _BRACKET.finditer(body):",
+     'tests/test_http.py::test_json_depth_counts_arrays_and_objects_not_brackets_in_strings'),
     ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
      'build_backend.py', "def build_editable(", "def _build_editable(",
      'tests/test_install.py::test_an_editable_install_runs_the_clone'),

@@ -227,6 +227,43 @@ def test_invalid_bodies_use_no_key(shop):
     expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, k)[0], 201)
 
 
+def test_deeply_nested_json_is_refused_400_and_uses_no_key(shop):
+    # json.loads raised RecursionError at about 1,000 levels (a 500); the limit is 64 levels of
+    # arrays and objects (idempo.http.MAX_JSON_DEPTH), the Node middleware's too
+    MAX_JSON_DEPTH = 64
+    service, db, _ = shop
+    k, who = new_key(), f'deep-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 1}
+
+    def nested(depth):          # the order object is one level: 'x' holds depth - 1 more
+        return json.dumps(order)[:-1] + ', "x": ' + '[' * (depth - 1) + ']' * (depth - 1) + '}'
+    for depth in (5000, MAX_JSON_DEPTH + 1):
+        status, headers, body = service.post('/orders', nested(depth), k)
+        assert status == 400 and headers['content-type'] == 'application/problem+json', (depth, status, body)
+        assert json.loads(body)['type'].endswith('#json-too-deep'), body
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    expect(service.post('/orders', nested(MAX_JSON_DEPTH), k)[0], 201)
+    assert orders_of(db, who) == 1
+    from idempo.http import MAX_JSON_DEPTH as limit
+    assert limit == MAX_JSON_DEPTH
+
+
+def test_json_depth_counts_arrays_and_objects_not_brackets_in_strings():
+    # the same cases as the Node library's keys.test.js
+    from idempo.http import MAX_JSON_DEPTH, json_too_deep
+
+    def nest(depth):
+        return '[' * depth + ']' * depth
+    cases = [(nest(64), False), (nest(65), True), ('{"a":' + nest(63) + '}', False), ('{"a":' + nest(64) + '}', True),
+             ('["' + '[' * 100 + '"]', False), ('{"a\\"[[[":' + nest(64) + '}', True),
+             ('["\\\\",' + nest(63) + ']', False),
+             ('[{"a":[{"b":' + nest(60) + '}]}]', False), ('[{"a":[{"b":' + nest(61) + '}]}]', True)]
+    assert MAX_JSON_DEPTH == 64
+    for text, deep in cases:
+        json.loads(text)                     # valid JSON, every one
+        assert json_too_deep(text.encode()) is deep, text
+
+
 def test_busy_409_while_the_first_is_in_its_transaction(shop):
     service, db, _ = shop
     k, who = new_key(), f'dee-{service.kind}'
