@@ -46,17 +46,35 @@ function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_T
 function parseHeaderKey(values, header, typeBase) {
   const malformed = (why) => new Refusal(problem(400, 'malformed-key', `Malformed ${header}`, why, {}, typeBase));
   if (values === undefined || values === null || (Array.isArray(values) && values.length === 0)) return undefined;
-  const list = Array.isArray(values) ? values : [values];
-  if (list.length > 1) throw malformed(`Send one ${header} header.`);
-  let key = String(list[0]).trim();
+  // Two headers arrive as two values, or joined by ", " (a proxy, HTTP's own rule for repeated
+  // fields): so a comma outside a quoted string means two keys, refused alike (as Python does).
+  const list = (Array.isArray(values) ? values : [values]).flatMap((v) => splitList(String(v)));
+  if (list.length !== 1) throw malformed(`Send one ${header} header, with one key.`);
+  let key = list[0].trim();
   if (key.startsWith('"')) {
     const quoted = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/.exec(key);
     if (!quoted) throw malformed('Not a valid Structured Field String.');
     key = quoted[1].replace(/\\(["\\])/g, '$1');
   }
   if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw malformed(`The key must have 1 to ${MAX_KEY_LENGTH} characters.`);
-  if (!/^[\x20-\x7e]+$/.test(key)) throw malformed('The key must be visible ASCII.');
+  // visible ASCII: no space, no control character, nothing beyond ASCII
+  if (!/^[\x21-\x7e]+$/.test(key)) throw malformed('The key must be visible ASCII.');
   return key;
+}
+
+// A field value split at the commas outside quoted strings.
+function splitList(value) {
+  const items = [];
+  let start = 0;
+  let quoted = false;
+  for (let i = 0; i < value.length; i += 1) {
+    const ch = value[i];
+    if (quoted && ch === '\\') i += 1;
+    else if (ch === '"') quoted = !quoted;
+    else if (ch === ',' && !quoted) { items.push(value.slice(start, i)); start = i + 1; }
+  }
+  items.push(value.slice(start));
+  return items;
 }
 
 // options.key: undefined (the Idempotency-Key header), {header: 'X-Request-Key'},

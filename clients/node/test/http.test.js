@@ -103,9 +103,11 @@ for (const framework of ['express', 'fastify']) {
       const missing = await post('/orders', { customer: who, sku: 'A-7', qty: 1 });
       assert.equal(missing.status, 400);
       assert.match(JSON.parse(missing.body).type, /#missing-key$/);
-      for (const bad of ['k'.repeat(256), '', '""', 'kéy', '"unterminated', [newKey(), newKey()]]) {
+      // 'a, b': two values of a field that admits one (two headers joined by a proxy); 'a b': not visible ASCII
+      for (const bad of ['k'.repeat(256), '', '""', 'kéy', '"unterminated', [newKey(), newKey()], 'a, b', 'a,b', 'a b', '"a b"']) {
         const answer = await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, bad);
         assert.equal(answer.status, 400, `key ${JSON.stringify(bad).slice(0, 40)}`);
+        assert.match(JSON.parse(answer.body).type, /#malformed-key$/);
       }
       assert.equal(await ordersOf(who), 0);
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, 'k'.repeat(255))).status, 201);

@@ -25,6 +25,7 @@ test('keys derive as the shared vectors say (tenant and field values escaped, no
       assert.ok(err instanceof Refusal, `${JSON.stringify(v)}: ${err}`);
       assert.equal(v.key, null, JSON.stringify(v));
       assert.equal(err.reply.status, v.status, JSON.stringify(v));
+      if (v.problem) assert.ok(JSON.parse(err.reply.body).type.endsWith(`#${v.problem}`), `${JSON.stringify(v)}: ${err.reply.body}`);
       continue;
     }
     assert.equal(got, v.key, JSON.stringify(v));

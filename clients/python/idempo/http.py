@@ -204,7 +204,7 @@ class Context:
 
 # The draft sends the key as a Structured Field String ("..."); Stripe's clients send it bare.
 SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
-VISIBLE_ASCII = re.compile(r'[\x20-\x7e]+')
+VISIBLE_ASCII = re.compile(r'[\x21-\x7e]+')       # no space, no control character, nothing beyond ASCII
 
 
 def _malformed(route, why):
