@@ -20,7 +20,7 @@ import contextlib
 from typing import Any, AsyncContextManager, Callable, Dict, Union
 
 from . import aio
-from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, flow_for, problem
+from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, connection_lost, flow_for, problem, unavailable
 
 
 def connect(conninfo: str = '', **kwargs) -> Callable[[], AsyncContextManager[Any]]:
@@ -102,22 +102,37 @@ class IdempotencyMiddleware:
         except Refusal as refusal:
             return await send_reply(send, refusal.reply)
 
-        async with self.connection() as conn:
-            runner = aio.Runner(conn)
-            runner.version = self.version        # checked on the first connection: once per app
+        # A connection lost before the app ran (a pooled connection left stale by a restart:
+        # nothing was claimed, nothing called) is tried once more on another; lost again, or
+        # after the app ran, the answer is 503 + Retry-After, never a 500.
+        for tries_left in (1, 0):
+            conn, started = None, False
+            try:
+                async with self.connection() as conn:
+                    runner = aio.Runner(conn)
+                    runner.version = self.version        # checked on the first connection: once per app
 
-            async def begin(ctx):
-                if not ctx.began:
-                    await runner.begin()
-                    ctx.began = True
+                    async def begin(ctx):
+                        if not ctx.began:
+                            await runner.begin()
+                            ctx.began = True
 
-            async def handler(ctx):
-                ctx._begin = begin
-                scope.setdefault('state', {})['idempo'] = ctx
-                return await self._run_app(scope, receive, body)
+                    async def handler(ctx):
+                        nonlocal started
+                        started = True
+                        ctx._begin = begin
+                        scope.setdefault('state', {})['idempo'] = ctx
+                        return await self._run_app(scope, receive, body)
 
-            reply = await runner.run(flow_for(conn, route, info, key, handler))
-            self.version = runner.version
+                    reply = await runner.run(flow_for(conn, route, info, key, handler))
+                    self.version = runner.version
+                break
+            except Exception as err:
+                if not connection_lost(err, conn):
+                    raise
+                if started or not tries_left:
+                    reply = unavailable(route)
+                    break
         await send_reply(send, reply)
 
     async def _run_app(self, scope, receive, body) -> Reply:

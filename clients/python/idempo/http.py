@@ -352,6 +352,42 @@ def answer_for(route: Route, claim: Claim) -> Reply:
                    docs=route.docs)
 
 
+def unavailable(route: Route) -> Reply:
+    """503 + Retry-After: the database could not be reached, or the request's connection was lost
+    before its outcome committed (a restart).  Nothing is stored for the key (lost during COMMIT,
+    nobody can tell: the retry with the same key replays what did commit).  The Node middleware
+    answers the same."""
+    return problem(503, 'database-unavailable', 'The database could not be reached',
+                   'The request was not completed; retry it with the same Idempotency-Key.',
+                   [('retry-after', str(route.retry_after))], docs=route.docs)
+
+
+_CONNECTION_SQLSTATES = frozenset({'57P01', '57P02', '57P03'})
+
+
+def connection_closed(conn) -> bool:
+    """Whether the request's connection, the driver's (None: none was had), is closed: psycopg 3
+    closes it when the server has ended it, psycopg2 marks it (.closed 2)."""
+    if conn is None:
+        return False
+    closed = getattr(conn, 'closed', False)          # psycopg 3: a bool; psycopg2: 0 when open
+    return closed is True or (type(closed) is int and closed != 0)
+
+
+def connection_lost(err: BaseException, conn=None) -> bool:
+    """Whether err means that the connection was lost, or none could be had: conn (the request's,
+    None if none was had) is closed (psycopg 3 closes it when the server has ended it, psycopg2
+    marks it), the SQLSTATE is of class 08 or 57P01-57P03 (terminated by an administrator or a
+    shutdown, not accepting connections yet), or no connection was had and the error is a
+    driver's OperationalError or a pool's PoolTimeout."""
+    if connection_closed(conn):
+        return True
+    code = sqlstate_of(err)
+    if code is not None:
+        return code.startswith('08') or code in _CONNECTION_SQLSTATES
+    return conn is None and any(c.__name__ in ('OperationalError', 'PoolTimeout') for c in type(err).__mro__)
+
+
 def _invalid_json(err) -> bool:
     return isinstance(err, InvalidArgument) or sqlstate_of(err) in ('22P02', '22P05', '22025', '22032')
 

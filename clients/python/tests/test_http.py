@@ -77,13 +77,14 @@ class Provider:
 
 
 class Service:
-    def __init__(self, kind, dbname, provider):
-        self.kind, self.dbname, self.provider = kind, dbname, provider
+    def __init__(self, kind, dbname, provider, env=None):
+        self.kind, self.dbname, self.provider, self.env = kind, dbname, provider, env or {}
         self.app_name = f'idempo-shop-{kind}'
         self.start()
 
     def start(self):
-        env = {**os.environ, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url, 'APP_NAME': self.app_name,
+        env = {**os.environ, **self.env, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url,
+               'APP_NAME': self.app_name,
                # the idempo these tests imported (installed, or the source tree in development)
                'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
                                               os.environ.get('PYTHONPATH', '')])}
@@ -217,6 +218,22 @@ def test_missing_and_malformed_keys_400(shop):
         assert status == 400 and json.loads(body)['code'] == 'malformed-key', (bad, status, body)
     assert orders_of(db, who) == 0
     expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, 'k' * 255 + service.kind[:0])[0], 201)
+
+
+def test_the_view_loses_its_connection_503_and_the_retry_runs(shop):
+    # the server ends the connection of the view's transaction (pg_terminate_backend, as a restart
+    # does): the framework's 500, or the exception, went out as it is; nothing was committed, so
+    # the answer is 503 + Retry-After and the retry with the same key runs
+    service, db, _ = shop
+    k, who = new_key(), f'lost-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    status, headers, body = service.post('/orders', order, k)
+    assert status == 503 and headers['content-type'] == 'application/problem+json', (status, body)
+    assert headers['retry-after'] == '1' and json.loads(body)['code'] == 'database-unavailable', (headers, body)
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None and orders_of(db, who) == 0
+    status, _, body = service.post('/orders', order, k)
+    assert status == 201, (status, body)
+    assert orders_of(db, who) == 1
 
 
 def test_invalid_bodies_use_no_key(shop):
