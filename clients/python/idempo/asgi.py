@@ -106,9 +106,10 @@ class IdempotencyMiddleware:
         # nothing was claimed, nothing called) is tried once more on another; lost again, or
         # after the app ran, the answer is 503 + Retry-After, never a 500.
         for tries_left in (1, 0):
-            conn, started = None, False
+            had, started, lost = False, False, None
             try:
                 async with self.connection() as conn:
+                    had = True
                     runner = aio.Runner(conn)
                     runner.version = self.version        # checked on the first connection: once per app
 
@@ -124,15 +125,23 @@ class IdempotencyMiddleware:
                         scope.setdefault('state', {})['idempo'] = ctx
                         return await self._run_app(scope, receive, body)
 
-                    reply = await runner.run(flow_for(conn, route, info, key, handler))
+                    try:
+                        reply = await runner.run(flow_for(conn, route, info, key, handler))
+                    except Exception as err:
+                        # asked here, before the factory closes the connection (connect()'s does)
+                        if not connection_lost(err, conn):
+                            raise
+                        lost = err
                     self.version = runner.version
-                break
             except Exception as err:
-                if not connection_lost(err, conn):
+                if had or not connection_lost(err, None):     # none to be had: a refused connect, a pool timeout
                     raise
-                if started or not tries_left:
-                    reply = unavailable(route)
-                    break
+                lost = err
+            if lost is None:
+                break
+            if started or not tries_left:
+                reply = unavailable(route)
+                break
         await send_reply(send, reply)
 
     async def _run_app(self, scope, receive, body) -> Reply:

@@ -88,9 +88,10 @@ class IdempotencyMiddleware:
         # nothing was claimed, nothing called) is tried once more on another; lost again, or
         # after the app ran, the answer is 503 + Retry-After, never a 500.
         for tries_left in (1, 0):
-            conn, started = None, []
+            had, started, lost = False, [], None
             try:
                 with self.connection() as conn:
+                    had = True
                     runner = Runner(conn)
                     runner.version = self.version        # checked on the first connection: once per app
 
@@ -100,17 +101,25 @@ class IdempotencyMiddleware:
                         environ['wsgi.input'] = io.BytesIO(body)
                         return self._run_app(environ)
 
-                    reply = serve(runner, conn, route, info, key, app)
+                    try:
+                        reply = serve(runner, conn, route, info, key, app)
+                        if reply.status >= 500 and connection_closed(conn):
+                            reply = unavailable(route)     # the framework's 500 for the view's lost connection
+                    except Exception as err:
+                        # asked here, before the factory closes the connection (connect()'s does)
+                        if not connection_lost(err, conn):
+                            raise
+                        lost = err
                     self.version = runner.version
-                    if reply.status >= 500 and connection_closed(conn):
-                        reply = unavailable(route)     # the framework's 500 for the view's lost connection
-                break
             except Exception as err:
-                if not connection_lost(err, conn):
+                if had or not connection_lost(err, None):     # none to be had: a refused connect, a pool timeout
                     raise
-                if started or not tries_left:
-                    reply = unavailable(route)
-                    break
+                lost = err
+            if lost is None:
+                break
+            if started or not tries_left:
+                reply = unavailable(route)
+                break
         return send_reply(start_response, reply)
 
     def _run_app(self, environ) -> Reply:
