@@ -8,6 +8,7 @@
 //   the same key, another method/path/body -> 422 (conflict, recorded in idempo.conflicts)
 //   missing or malformed key               -> 400, no claim
 //   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
+//   settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 // Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
 // refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): in mode 'transaction' a
 // reply that is not stored rolls the transaction back, so the retry runs afresh.  In mode 'lease'
@@ -34,11 +35,12 @@ class Refusal extends Error {
   }
 }
 
-function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE) {
+// extra: extension members
+function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE, extra = {}) {
   return {
     status,
     headers: { 'content-type': 'application/problem+json', ...headers },
-    body: JSON.stringify({ type: `${typeBase}#${slug}`, title, status, detail }),
+    body: JSON.stringify({ type: `${typeBase ?? DEFAULT_TYPE_BASE}#${slug}`, title, status, detail, ...extra }),
   };
 }
 
@@ -238,6 +240,16 @@ const NOT_STORED_4XX = new Set([400, 401, 403, 408, 409, 415, 422, 425, 429]);
 // Which replies are stored by default: 2xx, 3xx and the 4xx a handler decided (404, 402...).
 const defaultStore = (status) => status < 500 && !NOT_STORED_4XX.has(status);
 
+// Whether a claim's result is a reply the middleware stored (status, headers, body), rather than
+// nothing or what a person or a verifier recorded (resolve, verify).  The Python middleware's
+// test (Reply.is_stored) is the same.
+function isStoredReply(stored) {
+  if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return false;
+  const { status, headers = [], body = '', body_base64: base64 = '' } = stored;
+  return Number.isInteger(status) && status >= 100 && status <= 599 && headers !== null && typeof headers === 'object'
+    && typeof body === 'string' && typeof base64 === 'string';
+}
+
 // The reply for an outcome that did not hand the work to this request.
 function answerFor(claimOrError, options) {
   const typeBase = options.problemTypeBase;
@@ -245,9 +257,11 @@ function answerFor(claimOrError, options) {
   switch (claim.outcome) {
     case Outcome.REPLAY: {
       const stored = claim.result;
-      if (!stored || typeof stored !== 'object' || typeof stored.status !== 'number') {
-        return problem(409, 'not-a-reply', 'This key was completed outside this API',
-          'Its stored result is not an HTTP reply; use a new key for a new operation.', {}, typeBase);
+      if (!isStoredReply(stored)) {
+        // settled by a person or a verifier (resolve, verify) with no reply to replay: what is known
+        return problem(409, 'settled-without-reply', 'This idempotency key was settled outside this API',
+          'Its outcome was recorded by a person or a verifier, with no reply to replay; do not retry it under a new key.',
+          {}, typeBase, { operation_status: claim.status ?? null, target_ref: claim.targetRef ?? null });
       }
       return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
     }
@@ -508,5 +522,5 @@ function scopeOf(options, req) {
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
   checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart, unavailable,
-  isConnectionError, jsonTooDeep, MAX_JSON_DEPTH,
+  isConnectionError, jsonTooDeep, MAX_JSON_DEPTH, isStoredReply,
 };

@@ -251,6 +251,26 @@ for (const framework of ['express', 'fastify']) {
       assert.match(JSON.parse(answer.body).type, /#key-in-review$/);
     });
 
+    test('a key settled by a person without a stored reply (resolve with a target_ref): 409 settled-without-reply with what is known', async () => {
+      // the same answer as the Python middleware (whose replay raised: a 500 on every retry)
+      for (const [n, status, ref] of [[0, 'succeeded', `ch_manual_${framework}`], [1, 'failed', null]]) {
+        const k = newKey();
+        const body = { order_id: 70 + n, amount_cents: 300 };
+        const scope = `${prefix}.payments`;
+        provider.state.failNext = 1;
+        assert.equal((await post('/payments', body, k)).status, 502);       // failed retryable: no result
+        await pool.query('SELECT idempo.request_review($1, $2)', [scope, k]);
+        await pool.query("SELECT idempo.resolve($1, $2, $3, 'ops@example.com', $4)", [scope, k, status, ref]);
+        for (let i = 0; i < 2; i += 1) {
+          const answer = await post('/payments', body, k);
+          assert.equal(answer.status, 409, answer.body);
+          const problem = JSON.parse(answer.body);
+          assert.equal(problem.type, 'https://idempo.dev/problems#settled-without-reply');
+          assert.deepEqual([problem.operation_status, problem.target_ref], [status, ref]);
+        }
+      }
+    });
+
     test('50 concurrent duplicates of one request: one execution', async () => {
       const k = newKey();
       const body = { customer: c('fifty'), sku: 'A-7', qty: 1 };

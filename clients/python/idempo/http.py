@@ -10,6 +10,7 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
   the same key, another method/path/body -> 422 (the conflict is recorded in idempo.conflicts)
   missing or malformed key               -> 400 (no claim)
   unknown, in_review, stale, expired     -> 409: a person decides
+  settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 
 Which replies are stored (Route.store, default store_default): everything below 500 except the
 statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
@@ -86,10 +87,19 @@ class Reply:
             out['body_base64'] = base64.b64encode(self.body).decode('ascii')
         return out
 
+    @staticmethod
+    def is_stored(stored: Any) -> bool:
+        """Whether a claim's result is a reply the middleware stored (status, headers, body), rather
+        than nothing or what a person or a verifier recorded (resolve, verify).  The Node
+        middleware's test is the same."""
+        return (isinstance(stored, dict) and type(stored.get('status')) is int and 100 <= stored['status'] <= 599
+                and isinstance(stored.get('headers', []), (list, dict))
+                and isinstance(stored.get('body', ''), str) and isinstance(stored.get('body_base64', ''), str))
+
     @classmethod
     def from_stored(cls, stored: dict) -> 'Reply':
-        headers = [(n, v) for n, v in (stored['headers'].items() if isinstance(stored['headers'], dict)
-                                       else stored['headers'])]
+        stored_headers = stored.get('headers', [])
+        headers = [(n, v) for n, v in (stored_headers.items() if isinstance(stored_headers, dict) else stored_headers)]
         body = (base64.b64decode(stored['body_base64']) if 'body_base64' in stored
                 else stored.get('body', '').encode('utf-8'))
         return cls(stored['status'], headers + [(REPLAYED, 'true')], body)
@@ -98,10 +108,11 @@ class Reply:
         return next((v for n, v in self.headers if n == name), None)
 
 
-def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank') -> Reply:
-    """RFC 9457 problem details, as the draft's examples use."""
+def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank',
+            extra: Optional[dict] = None) -> Reply:
+    """RFC 9457 problem details, as the draft's examples use; extra: extension members."""
     body = json.dumps({'type': f'{docs}#{slug}' if docs != 'about:blank' else docs, 'title': title,
-                       'status': status, 'detail': detail, 'code': slug}).encode()
+                       'status': status, 'detail': detail, 'code': slug, **(extra or {})}).encode()
     return Reply(status, [('content-type', 'application/problem+json'), *headers], body)
 
 
@@ -339,7 +350,14 @@ def params_args(info: RequestInfo) -> tuple:
 def answer_for(route: Route, claim: Claim) -> Reply:
     """The reply when the claim did not hand this request the work."""
     if claim.outcome is Outcome.REPLAY:
-        return Reply.from_stored(claim.result)
+        if Reply.is_stored(claim.result):
+            return Reply.from_stored(claim.result)
+        # settled by a person or a verifier (resolve, verify) with no reply to replay: what is known
+        return problem(409, 'settled-without-reply', 'This Idempotency-Key was settled outside this API',
+                       'Its outcome was recorded by a person or a verifier, with no reply to replay; do not retry '
+                       'it under a new key.', docs=route.docs,
+                       extra={'operation_status': claim.status.value if claim.status else None,
+                              'target_ref': claim.target_ref})
     if claim.outcome is Outcome.BUSY:
         return problem(409, 'key-in-use', 'A request with this Idempotency-Key is being processed',
                        'Retry later with the same key.', [('retry-after', str(route.retry_after))], docs=route.docs)

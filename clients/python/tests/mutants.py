@@ -215,6 +215,10 @@ MUTANTS = [
     ('django-view-lost-500', "Django's 500 for a view whose connection the server ended is sent as it is",
      'idempo/django.py', "                if reply.status >= 500 and connection_closed(runner.raw):",
      "                if False:", 'tests/test_http.py::test_the_view_loses_its_connection_503_and_the_retry_runs'),
+    ('settled-replayed-as-reply', 'a key a person settled with no stored reply (resolve, verify with a target_ref) is '
+     'replayed as a reply: Reply.from_stored raises, a 500 on every retry',
+     'idempo/http.py', "        if Reply.is_stored(claim.result):\n", "        if True:\n",
+     'tests/test_http.py::test_settled_by_a_person_without_a_reply_409_with_what_is_known'),
     ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
      'build_backend.py', "def build_editable(", "def _build_editable(",
      'tests/test_install.py::test_an_editable_install_runs_the_clone'),

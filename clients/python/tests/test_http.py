@@ -443,6 +443,27 @@ def test_attempts_exhausted_409_review(shop):
     assert status_of(db, 'http.payments', f'anonymous/{k}') == 'in_review'
 
 
+def test_settled_by_a_person_without_a_reply_409_with_what_is_known(shop):
+    # a key a person settled (resolve, or verify with a target_ref) has no stored reply: the
+    # replay raised in Reply.from_stored, a 500 on every retry; the Node middleware answered a
+    # 409 of its own.  Both: 409 settled-without-reply with the operation's status and target_ref.
+    service, db, provider = shop
+    for n, resolution, ref in ((0, 'succeeded', f'ch_manual_{service.kind}'), (1, 'failed', None)):
+        k = new_key()
+        body = {'order_id': 107 + n, 'amount_cents': 300}
+        provider.fail_next = 1
+        assert service.post('/payments', body, k)[0] == 502            # failed retryable: no result
+        db.execute("SELECT idempo.request_review('http.payments', %s)", [f'anonymous/{k}'])
+        db.execute("SELECT idempo.resolve('http.payments', %s, %s, 'ops@example.com', %s)",
+                   [f'anonymous/{k}', resolution, ref])
+        for _ in range(2):
+            status, headers, answer = service.post('/payments', body, k)
+            assert status == 409 and headers['content-type'] == 'application/problem+json', (status, answer)
+            problem = json.loads(answer)
+            assert problem['type'].endswith('#settled-without-reply'), problem
+            assert (problem['operation_status'], problem['target_ref']) == (resolution, ref), problem
+
+
 def test_error_after_the_call_500_then_the_same_charge(shop):
     service, db, provider = shop
     k = new_key()
