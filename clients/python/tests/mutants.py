@@ -200,14 +200,14 @@ MUTANTS = [
      'idempo/http.py', "    items = [item for value in values for item in _split_list(value)]", "    items = list(values)",
      'tests/test_http.py::test_key_derivation_matches_the_shared_vectors'),
     ('asgi-stale-500', 'a pooled connection left stale by a restart is a 500 under ASGI (the exception goes to the framework)',
-     'idempo/asgi.py', "                if not connection_lost(err, conn):\n                    raise",
-     "                if True:\n                    raise", 'tests/test_restart.py -k asgi'),
+     'idempo/asgi.py', "                        if not connection_lost(err, conn):\n                            raise",
+     "                        if True:\n                            raise", 'tests/test_restart.py -k asgi'),
     ('asgi-stale-no-retry', 'a stale pooled connection is answered 503 without trying another: after a restart, a 503 for '
      'every stale connection of the pool',
      'idempo/asgi.py', "        for tries_left in (1, 0):", "        for tries_left in (0,):", 'tests/test_restart.py -k asgi'),
     ('wsgi-stale-500', 'a pooled connection left stale by a restart is a 500 under WSGI (Flask)',
-     'idempo/wsgi.py', "                if not connection_lost(err, conn):\n                    raise",
-     "                if True:\n                    raise", 'tests/test_restart.py -k flask'),
+     'idempo/wsgi.py', "                        if not connection_lost(err, conn):\n                            raise",
+     "                        if True:\n                            raise", 'tests/test_restart.py -k flask'),
     ('wsgi-view-lost-500', "Flask's 500 for a view whose connection the server ended is sent as it is (nothing was "
      'committed: 503, retry)',
      'idempo/wsgi.py', "                    if reply.status >= 500 and connection_closed(conn):",
