@@ -103,11 +103,12 @@ class IdempotencyMiddleware:
 
                     try:
                         reply = serve(runner, conn, route, info, key, app)
-                        if reply.status >= 500 and connection_closed(conn):
+                        if reply.status >= 500 and connection_closed(runner.raw):
                             reply = unavailable(route)     # the framework's 500 for the view's lost connection
                     except Exception as err:
-                        # asked here, before the factory closes the connection (connect()'s does)
-                        if not connection_lost(err, conn):
+                        # asked here, before the factory closes the connection (connect()'s does);
+                        # runner.raw: the driver's, under a wrapper (SQLAlchemy)
+                        if not connection_lost(err, runner.raw):
                             raise
                         lost = err
                     self.version = runner.version
