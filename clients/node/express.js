@@ -16,12 +16,12 @@
 // stored (a 5xx) leaves that attempt to its lease (onError 'doubt', the default: the other system
 // may have acted) or fails it retryable (onError 'retry': it deduplicates by the key).
 // The rules of every answer: lib/http.js and docs/node.md.
-const { beginRequest, checkOptions } = require('./lib/http');
+const { beginRequest, checkOptions, isConnectionError, unavailable } = require('./lib/http');
 
 function send(res, answer) {
   const body = Buffer.isBuffer(answer.body) ? answer.body : Buffer.from(answer.body ?? '', 'utf8');
   res.writeHead(answer.status, { ...answer.headers, 'content-length': body.length });
-  res.end(body);
+  return res.end(body);
 }
 
 function idempotency(idem, options = {}) {
@@ -103,6 +103,7 @@ function capture(res, exchange) {
         if (res.headersSent) return res.end();
         // not committed: the key stays free; say so rather than send a reply that was not kept
         for (const name of res.getHeaderNames()) res.removeHeader(name);
+        if (isConnectionError(err)) return send(res, unavailable(exchange.options));
         res.statusCode = 500;
         res.setHeader('content-type', 'application/problem+json');
         return res.end(JSON.stringify({ title: 'The reply could not be stored', status: 500, detail: String(err.message) }));

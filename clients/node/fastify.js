@@ -12,7 +12,7 @@
 // Options given to register are defaults for every route; a route's config overrides them.
 // mode 'transaction' and 'lease' as in express.js; the reply is stored and committed in onSend,
 // before it is sent.
-const { answerFor, beginRequest, checkOptions } = require('./lib/http');
+const { answerFor, beginRequest, checkOptions, isConnectionError, unavailable } = require('./lib/http');
 
 // in the config of a route whose handler onRoute wrapped
 const WRAPPED = Symbol('idempo.handlerWrapped');
@@ -87,7 +87,17 @@ async function idempoPlugin(fastify, defaults) {
       await exchange.abandon(new Error(`a reply payload of type ${typeof payload} cannot be stored`));
       return payload;
     }
-    await exchange.finish(reply.statusCode, reply.getHeaders(), body);
+    try {
+      await exchange.finish(reply.statusCode, reply.getHeaders(), body);
+    } catch (err) {
+      if (!isConnectionError(err)) throw err;
+      // the connection was lost before the reply committed: nothing stored, the client retries
+      const answer = unavailable(exchange.options);
+      for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+      reply.code(answer.status);
+      for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
+      return answer.body;
+    }
     return Buffer.isBuffer(payload) || typeof payload === 'string' || payload === null || payload === undefined ? payload : body;
   });
 

@@ -5,10 +5,15 @@ import type { MiddlewareOptions } from './express';
 export interface Answer { status: number; headers: Record<string, string | string[]>; body: string | Buffer; }
 export interface StoredReply { status: number; headers: [string, string][]; body?: string; body_base64?: string; }
 
-/** The fingerprint's input: method, path (with the query) and the body (JSON, or media type + SHA-256). */
+/** The fingerprint's input: method, path (with the query) and the body (JSON, or media type + SHA-256).
+ *  Throws a Refusal (400 json-too-deep, its type under typeBase) for JSON nested more than MAX_JSON_DEPTH deep. */
 export declare function paramsOf(request: {
   method: string; path: string; contentType?: string; body?: unknown; rawBody?: Buffer | string;
-}): RawJson;
+}, typeBase?: string): RawJson;
+/** 64: arrays and objects nested deeper in a JSON body are refused (as the Python middleware does). */
+export declare const MAX_JSON_DEPTH: number;
+/** Whether a JSON text or a parsed value nests arrays and objects more than limit (MAX_JSON_DEPTH) deep. */
+export declare function jsonTooDeep(value: unknown, limit?: number): boolean;
 export declare function storedReply(status: number, headers: Record<string, unknown>, body: Buffer, keepHeaders?: string[]): StoredReply;
 export declare function bodyOfStored(stored: StoredReply): string | Buffer;
 export declare function headersOfStored(stored: StoredReply): Record<string, string | string[]>;
@@ -26,3 +31,8 @@ export declare class Refusal extends Error { readonly reply: Answer; }
 /** The options' check every middleware makes when it is made: onError other than 'doubt' or
  *  'retry' is a TypeError (its message starts with `where`).  Returns the options. */
 export declare function checkOptions<T extends Partial<MiddlewareOptions> | null | undefined>(options: T, where?: string): T;
+/** The 503 (problem type #database-unavailable, Retry-After: 1) the middleware answers when the
+ *  database could not be reached or the request's connection was lost before its outcome committed. */
+export declare function unavailable(options: { problemTypeBase?: string }): Answer;
+/** Whether an error means a lost connection, or none to be had (as idempo's isConnectionError). */
+export declare function isConnectionError(err: unknown): boolean;

@@ -178,6 +178,9 @@ export declare class FeatureNotSupportedError extends IdempoError {}
 export declare class DependentObjectsError extends IdempoError {}
 export declare class UnsupportedVersionError extends IdempoError {}
 export declare class LeaseLostError extends IdempoError {}
+/** The connection to the database was lost, or none could be had (a restart, a terminated backend):
+ *  the transaction did not commit, unless it was lost during COMMIT. The driver's error is its cause. */
+export declare class ConnectionLostError extends IdempoError {}
 export declare class OutcomeError extends IdempoError {
   readonly outcome?: OutcomeName; readonly status?: StatusName | null; readonly claim: Claim | null;
 }
@@ -201,3 +204,6 @@ export declare const BY_SQLSTATE: Readonly<Record<string, new (...args: any[]) =
 export declare function fromDatabaseError(err: unknown, scope?: string, key?: string): unknown;
 /** The SQLSTATE of a driver's error (pg, Knex, Prisma's raw queries with its engine or a driver adapter), if any. */
 export declare function sqlstateOf(err: unknown): string | undefined;
+/** Whether a driver's error means a lost connection, or none to be had (SQLSTATE class 08, 57P01-57P03,
+ *  a socket error, node-postgres' "Connection terminated..."). */
+export declare function isConnectionError(err: unknown): boolean;

@@ -18,6 +18,7 @@
 // A call made while its own turn runs (idem.lookup() inside once()'s function) runs in that turn
 // rather than wait for it to end (which would never come).
 const { AsyncLocalStorage } = require('node:async_hooks');
+const { ConnectionLostError, isConnectionError } = require('./errors');
 const turns = new WeakMap();
 const holding = new AsyncLocalStorage();
 function inTurn(conn, fn) {
@@ -42,7 +43,20 @@ function pg(db, { inTransaction = false } = {}) {
       return exclusive(() => this._transaction(fn));
     },
     async _transaction(fn) {
-      const client = isPool ? await db.connect() : db;
+      let client;
+      try {
+        client = isPool ? await db.connect() : db;
+      } catch (err) {
+        throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
+      }
+      // A client checked out of the pool is ours until released: pg-pool removes its own idle
+      // 'error' listener at checkout, and a connection the server ends while the transaction
+      // is idle (a restart, pg_terminate_backend) emits 'error' on the client, which without a
+      // listener ends the process.  The error fails the transaction instead, and the client
+      // is released as broken (the pool discards it).
+      let lost = null;
+      const onError = (err) => { lost = lost ?? err; };
+      if (isPool) client.on('error', onError);
       let broken;
       try {
         await client.query('BEGIN');
@@ -52,9 +66,13 @@ function pg(db, { inTransaction = false } = {}) {
       } catch (err) {
         // A failed COMMIT has ended the transaction already; ROLLBACK then only warns.
         await client.query('ROLLBACK').catch((e) => { broken = e; });
-        throw err;
+        if (lost) throw ConnectionLostError.of(lost);
+        throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
       } finally {
-        if (isPool) client.release(broken);
+        if (isPool) {
+          client.release(broken ?? lost ?? undefined);
+          client.removeListener('error', onError);
+        }
       }
     },
     bind(handle) {

@@ -32,6 +32,20 @@ class FeatureNotSupportedError extends IdempoError {}  // 0A000
 class DependentObjectsError extends IdempoError {}     // 2BP01
 // The database's idempo is missing, or of a version this library does not support.
 class UnsupportedVersionError extends IdempoError {}
+// The connection to the database was lost, or none could be had (a restart, a terminated
+// backend, a server not accepting connections yet): the transaction it held did not commit
+// (unless it was lost during COMMIT, when nobody can tell: a retry with the same key replays
+// what did).  The driver's error is its cause.
+class ConnectionLostError extends IdempoError {
+  // err (the driver's) as a ConnectionLostError, its cause
+  static of(err, scope, key) {
+    if (err instanceof ConnectionLostError) return err;
+    const message = err && err.message ? err.message : String(err);
+    return new ConnectionLostError(`the connection to the database was lost or could not be had (${message}): its `
+      + 'transaction did not commit, unless it was lost during COMMIT; retry with the same key (a replay answers if it did)',
+    { code: databaseErrorOf(err).code, cause: err, scope, key });
+  }
+}
 
 const BY_SQLSTATE = {
   '22004': InvalidArgumentError,
@@ -50,9 +64,11 @@ const BY_SQLSTATE = {
 };
 
 // An error of the driver (pg, Knex over pg, Prisma's raw queries) as idempo's class for its
-// SQLSTATE; anything else (a lost connection, an unrelated SQLSTATE) is returned unchanged.
+// SQLSTATE, a lost connection as ConnectionLostError; anything else (an unrelated SQLSTATE) is
+// returned unchanged.
 function fromDatabaseError(err, scope, key) {
   if (err instanceof IdempoError || err === null || typeof err !== 'object') return err;
+  if (isConnectionError(err)) return ConnectionLostError.of(err, scope, key);
   const found = databaseErrorOf(err);
   const Class = found.code && BY_SQLSTATE[found.code];
   if (!Class) return err;
@@ -81,6 +97,23 @@ function databaseErrorOf(err) {
   return {};
 }
 const sqlstateOf = (err) => databaseErrorOf(err).code;
+
+// Whether an error means that the connection was lost or could not be had.  The server's
+// SQLSTATEs (class 08; 57P01-57P03: terminated by an administrator or a shutdown, not accepting
+// connections yet), the socket's errors, and node-postgres' own messages for a connection that
+// ended (they carry no code).
+const CONNECTION_SQLSTATES = new Set(['57P01', '57P02', '57P03']);
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOENT', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH',
+  'ENETUNREACH', 'EAI_AGAIN']);
+const PG_CONNECTION_MESSAGES = /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|timeout exceeded when trying to connect)/;
+function isConnectionError(err) {
+  if (err instanceof ConnectionLostError) return true;
+  if (err === null || typeof err !== 'object') return false;
+  const code = databaseErrorOf(err).code;
+  if (code) return code.startsWith('08') || CONNECTION_SQLSTATES.has(code);
+  if (typeof err.code === 'string' && SOCKET_CODES.has(err.code)) return true;
+  return typeof err.message === 'string' && PG_CONNECTION_MESSAGES.test(err.message);
+}
 
 // --- outcomes the helpers raise ---------------------------------------------------------------
 class OutcomeError extends IdempoError {
@@ -139,7 +172,7 @@ class LeaseLostError extends IdempoError {}
 module.exports = {
   IdempoError, InvalidArgumentError, NotFoundError, AlreadyExistsError, PermissionDeniedError,
   StateError, LockNotAvailableError, SerializationError, ReadOnlyError, NotReplicatedError,
-  UndefinedFunctionError, FeatureNotSupportedError, DependentObjectsError, UnsupportedVersionError,
+  UndefinedFunctionError, FeatureNotSupportedError, DependentObjectsError, UnsupportedVersionError, ConnectionLostError,
   OutcomeError, ConflictError, BusyError, InReviewError, StaleError, ExpiredError, UnknownOutcomeError,
-  LeaseLostError, fromDatabaseError, BY_SQLSTATE, sqlstateOf,
+  LeaseLostError, fromDatabaseError, BY_SQLSTATE, sqlstateOf, isConnectionError,
 };

@@ -8,6 +8,7 @@
 //   the same key, another method/path/body -> 422 (conflict, recorded in idempo.conflicts)
 //   missing or malformed key               -> 400, no claim
 //   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
+//   settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 // Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
 // refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): in mode 'transaction' a
 // reply that is not stored rolls the transaction back, so the retry runs afresh.  In mode 'lease'
@@ -18,9 +19,13 @@
 // it again.  The same rule as idempo's Python middleware (Route(calls_out=True, on_error=...)).
 const crypto = require('node:crypto');
 const { rawJson, Outcome } = require('./client');
-const { sqlstateOf } = require('./errors');
+const { sqlstateOf, isConnectionError } = require('./errors');
 
 const MAX_KEY_LENGTH = 255;
+// Arrays and objects nested deeper in a JSON body are refused (400 json-too-deep), nothing
+// claimed: JSON.stringify of the parsed body threw RangeError (a 500) at some thousands of
+// levels.  64 is System.Text.Json's default; the Python middleware has the same limit.
+const MAX_JSON_DEPTH = 64;
 const DEFAULT_TYPE_BASE = 'https://idempo.dev/problems';
 
 class Refusal extends Error {
@@ -30,11 +35,12 @@ class Refusal extends Error {
   }
 }
 
-function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE) {
+// extra: extension members
+function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE, extra = {}) {
   return {
     status,
     headers: { 'content-type': 'application/problem+json', ...headers },
-    body: JSON.stringify({ type: `${typeBase}#${slug}`, title, status, detail }),
+    body: JSON.stringify({ type: `${typeBase ?? DEFAULT_TYPE_BASE}#${slug}`, title, status, detail, ...extra }),
   };
 }
 
@@ -42,17 +48,35 @@ function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_T
 function parseHeaderKey(values, header, typeBase) {
   const malformed = (why) => new Refusal(problem(400, 'malformed-key', `Malformed ${header}`, why, {}, typeBase));
   if (values === undefined || values === null || (Array.isArray(values) && values.length === 0)) return undefined;
-  const list = Array.isArray(values) ? values : [values];
-  if (list.length > 1) throw malformed(`Send one ${header} header.`);
-  let key = String(list[0]).trim();
+  // Two headers arrive as two values, or joined by ", " (a proxy, HTTP's own rule for repeated
+  // fields): so a comma outside a quoted string means two keys, refused alike (as Python does).
+  const list = (Array.isArray(values) ? values : [values]).flatMap((v) => splitList(String(v)));
+  if (list.length !== 1) throw malformed(`Send one ${header} header, with one key.`);
+  let key = list[0].trim();
   if (key.startsWith('"')) {
     const quoted = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/.exec(key);
     if (!quoted) throw malformed('Not a valid Structured Field String.');
     key = quoted[1].replace(/\\(["\\])/g, '$1');
   }
   if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw malformed(`The key must have 1 to ${MAX_KEY_LENGTH} characters.`);
-  if (!/^[\x20-\x7e]+$/.test(key)) throw malformed('The key must be visible ASCII.');
+  // visible ASCII: no space, no control character, nothing beyond ASCII
+  if (!/^[\x21-\x7e]+$/.test(key)) throw malformed('The key must be visible ASCII.');
   return key;
+}
+
+// A field value split at the commas outside quoted strings.
+function splitList(value) {
+  const items = [];
+  let start = 0;
+  let quoted = false;
+  for (let i = 0; i < value.length; i += 1) {
+    const ch = value[i];
+    if (quoted && ch === '\\') i += 1;
+    else if (ch === '"') quoted = !quoted;
+    else if (ch === ',' && !quoted) { items.push(value.slice(start, i)); start = i + 1; }
+  }
+  items.push(value.slice(start));
+  return items;
 }
 
 // options.key: undefined (the Idempotency-Key header), {header: 'X-Request-Key'},
@@ -116,19 +140,52 @@ function mediaTypeOf(contentType) {
 }
 const isJson = (mediaType) => mediaType === 'application/json' || mediaType.endsWith('+json');
 
+// Whether a JSON text, or a parsed value, nests arrays and objects more than limit deep.  Without
+// recursion, so that no depth makes it fail.
+function jsonTooDeep(value, limit = MAX_JSON_DEPTH) {
+  if (typeof value === 'string') {
+    let depth = 0;
+    let inString = false;
+    for (let i = 0; i < value.length; i += 1) {
+      const c = value.charCodeAt(i);
+      if (inString) {
+        if (c === 0x5c) i += 1;                     // a backslash: skip the escaped character
+        else if (c === 0x22) inString = false;
+      } else if (c === 0x22) inString = true;
+      else if (c === 0x5b || c === 0x7b) { depth += 1; if (depth > limit) return true; }
+      else if (c === 0x5d || c === 0x7d) depth -= 1;
+    }
+    return false;
+  }
+  const stack = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop();
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 // The fingerprint's input: method, path (with the query) and body.  A JSON body goes in as JSON
 // (the raw text when the application kept it, so big numbers keep every digit), any other body
 // as its media type and SHA-256.  Key order, whitespace and 2 vs 2.0 do not matter (jsonb).
-function paramsOf({ method, path, contentType, body, rawBody }) {
+function paramsOf({ method, path, contentType, body, rawBody }, typeBase) {
   const head = `{"method":${JSON.stringify(method)},"path":${JSON.stringify(path)}`;
   const mediaType = mediaTypeOf(contentType);
   if (body === undefined || body === null || (Buffer.isBuffer(body) && body.length === 0) || body === '') {
     if (rawBody === undefined || rawBody === null || rawBody.length === 0) return rawJson(`${head}}`);
   }
   if (isJson(mediaType) || (body !== null && typeof body === 'object' && !Buffer.isBuffer(body))) {
-    const text = rawBody !== undefined && rawBody !== null && rawBody.length > 0
-      ? (Buffer.isBuffer(rawBody) ? rawBody.toString('utf8') : String(rawBody))
-      : JSON.stringify(body);
+    const raw = rawBody !== undefined && rawBody !== null && rawBody.length > 0
+      ? (Buffer.isBuffer(rawBody) ? rawBody.toString('utf8') : String(rawBody)) : null;
+    if (jsonTooDeep(raw ?? (Buffer.isBuffer(body) ? body.toString('utf8') : body))) {
+      throw new Refusal(problem(400, 'json-too-deep', 'The JSON body is nested too deeply',
+        `At most ${MAX_JSON_DEPTH} levels of nested arrays and objects.`, {}, typeBase));
+    }
+    const text = raw ?? JSON.stringify(body);
     return rawJson(`${head},"json":${text}}`);
   }
   const bytes = Buffer.isBuffer(rawBody) ? rawBody : Buffer.isBuffer(body) ? body : Buffer.from(String(rawBody ?? body), 'utf8');
@@ -183,6 +240,16 @@ const NOT_STORED_4XX = new Set([400, 401, 403, 408, 409, 415, 422, 425, 429]);
 // Which replies are stored by default: 2xx, 3xx and the 4xx a handler decided (404, 402...).
 const defaultStore = (status) => status < 500 && !NOT_STORED_4XX.has(status);
 
+// Whether a claim's result is a reply the middleware stored (status, headers, body), rather than
+// nothing or what a person or a verifier recorded (resolve, verify).  The Python middleware's
+// test (Reply.is_stored) is the same.
+function isStoredReply(stored) {
+  if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return false;
+  const { status, headers = [], body = '', body_base64: base64 = '' } = stored;
+  return Number.isInteger(status) && status >= 100 && status <= 599 && headers !== null && typeof headers === 'object'
+    && typeof body === 'string' && typeof base64 === 'string';
+}
+
 // The reply for an outcome that did not hand the work to this request.
 function answerFor(claimOrError, options) {
   const typeBase = options.problemTypeBase;
@@ -190,9 +257,11 @@ function answerFor(claimOrError, options) {
   switch (claim.outcome) {
     case Outcome.REPLAY: {
       const stored = claim.result;
-      if (!stored || typeof stored !== 'object' || typeof stored.status !== 'number') {
-        return problem(409, 'not-a-reply', 'This key was completed outside this API',
-          'Its stored result is not an HTTP reply; use a new key for a new operation.', {}, typeBase);
+      if (!isStoredReply(stored)) {
+        // settled by a person or a verifier (resolve, verify) with no reply to replay: what is known
+        return problem(409, 'settled-without-reply', 'This idempotency key was settled outside this API',
+          'Its outcome was recorded by a person or a verifier, with no reply to replay; do not retry it under a new key.',
+          {}, typeBase, { operation_status: claim.status ?? null, target_ref: claim.targetRef ?? null });
       }
       return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
     }
@@ -208,6 +277,15 @@ function answerFor(claimOrError, options) {
       return problem(409, 'key-in-review', 'The request with this idempotency key needs attention',
         `Its outcome is ${claim.outcome}; do not retry it under a new key, contact support.`, {}, typeBase);
   }
+}
+
+// The database could not be reached or the connection was lost before the request's outcome
+// committed: nothing is stored for the key (lost during COMMIT, nobody can tell; the retry with
+// the same key replays what did commit).  A 503 the client retries, never a 500.
+function unavailable(options) {
+  return problem(503, 'database-unavailable', 'The database could not be reached',
+    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': '1' },
+    options.problemTypeBase);
 }
 
 // A promise and its resolve/reject, to keep a transaction open across a framework's callbacks.
@@ -387,7 +465,12 @@ class Exchange {
   async abandon(err) {
     if (this.finished) return;
     this.finished = true;
-    if (this.reply) this.reply.reject(err ?? new NotStored());
+    if (this.reply) {
+      // nobody waits for the reply when the transaction failed before it (a claim that could not
+      // reach the database): unhandled, the rejection would end the process
+      this.reply.promise.catch(() => {});
+      this.reply.reject(err ?? new NotStored());
+    }
     if (this.txDone) await this.txDone.catch(() => {});
     if (this.mode === 'lease' && this.claim) {
       if (this.beat) await this.beat.stop();
@@ -409,12 +492,13 @@ async function beginRequest(idem, options, req, view) {
     const scope = scopeOf(options, req);
     const key = keyOf(req, options, view);
     if (key === null) return null;
-    exchange = new Exchange(idem, options, scope, key, paramsOf(view));
+    exchange = new Exchange(idem, options, scope, key, paramsOf(view, options.problemTypeBase));
     const begun = await exchange.begin();
     return begun.answer ? { answer: begun.answer } : { acquired: begun.acquired, exchange };
   } catch (err) {
     if (err instanceof Refusal) return { answer: err.reply };
     if (exchange) await exchange.abandon(err);
+    if (isConnectionError(err)) return { answer: unavailable(options) };
     throw err;
   }
 }
@@ -437,5 +521,6 @@ function scopeOf(options, req) {
 
 module.exports = {
   Refusal, problem, keyOf, paramsOf, storedReply, bodyOfStored, answerFor, Exchange, scopeOf, defaultStore, beginRequest,
-  checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart,
+  checkOptions, mediaTypeOf, NOT_STORED, NOT_STORED_4XX, headersOfStored, PER_CLIENT, keyPart, unavailable,
+  isConnectionError, jsonTooDeep, MAX_JSON_DEPTH, isStoredReply,
 };

@@ -103,9 +103,11 @@ for (const framework of ['express', 'fastify']) {
       const missing = await post('/orders', { customer: who, sku: 'A-7', qty: 1 });
       assert.equal(missing.status, 400);
       assert.match(JSON.parse(missing.body).type, /#missing-key$/);
-      for (const bad of ['k'.repeat(256), '', '""', 'kéy', '"unterminated', [newKey(), newKey()]]) {
+      // 'a, b': two values of a field that admits one (two headers joined by a proxy); 'a b': not visible ASCII
+      for (const bad of ['k'.repeat(256), '', '""', 'kéy', '"unterminated', [newKey(), newKey()], 'a, b', 'a,b', 'a b', '"a b"']) {
         const answer = await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, bad);
         assert.equal(answer.status, 400, `key ${JSON.stringify(bad).slice(0, 40)}`);
+        assert.match(JSON.parse(answer.body).type, /#malformed-key$/);
       }
       assert.equal(await ordersOf(who), 0);
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, 'k'.repeat(255))).status, 201);
@@ -120,6 +122,24 @@ for (const framework of ['express', 'fastify']) {
       assert.equal((await post('/orders', `{"customer": "${who}\\u0000", "sku": "A-7", "qty": 1}`, k)).status, 400);
       assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
       assert.equal((await post('/orders', { customer: who, sku: 'A-7', qty: 1 }, k)).status, 201);
+    });
+
+    test('a JSON body nested deeper than 64 levels: 400 json-too-deep, the key stays unused (the Python middleware\'s limit)', async () => {
+      const MAX_JSON_DEPTH = 64;          // lib/http.js, and idempo.http.MAX_JSON_DEPTH
+      const k = newKey();
+      const order = { customer: c('deep'), sku: 'A-7', qty: 1 };
+      // the order object is one level: 'x' holds depth - 1 more
+      const nested = (depth) => `${JSON.stringify(order).slice(0, -1)},"x":${'['.repeat(depth - 1)}${']'.repeat(depth - 1)}}`;
+      for (const depth of [5000, MAX_JSON_DEPTH + 1]) {
+        const r = await post('/orders', nested(depth), k);
+        assert.equal(r.status, 400, `${depth}: ${r.body}`);
+        assert.match(r.headers['content-type'], /^application\/problem\+json/);
+        assert.equal(JSON.parse(r.body).type, 'https://idempo.dev/problems#json-too-deep');
+      }
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
+      assert.equal((await post('/orders', nested(MAX_JSON_DEPTH), k)).status, 201);
+      assert.equal(await ordersOf(order.customer), 1);
+      assert.equal(require('../lib/http').MAX_JSON_DEPTH, MAX_JSON_DEPTH);
     });
 
     test('again while the first is still running: 409 + Retry-After, then the first commits once', async () => {
@@ -155,6 +175,22 @@ for (const framework of ['express', 'fastify']) {
       const retry = await post('/orders', body, k);
       assert.equal(retry.status, 201);
       assert.equal(retry.headers['idempotent-replayed'], undefined);
+      assert.equal(await ordersOf(body.customer), 1);
+    });
+
+    test('the server ends the transaction\'s connection mid-request: 503 + Retry-After, nothing stored, the service lives and the retry runs', async () => {
+      const k = newKey();
+      const body = { customer: c('lost'), sku: 'LOST', qty: 1 };
+      const failed = await post('/orders', body, k);
+      assert.equal(failed.status, 503, failed.body);
+      assert.equal(failed.headers['retry-after'], '1');
+      assert.match(failed.headers['content-type'], /^application\/problem\+json/);
+      assert.equal(JSON.parse(failed.body).type, 'https://idempo.dev/problems#database-unavailable');
+      assert.equal(service.child.exitCode, null, 'the service is alive');
+      assert.equal(await statusOf(`${prefix}.orders`, `anonymous/${k}`), null);
+      assert.equal(await ordersOf(body.customer), 0);
+      const retry = await post('/orders', body, k);
+      assert.equal(retry.status, 201, retry.body);
       assert.equal(await ordersOf(body.customer), 1);
     });
 
@@ -213,6 +249,26 @@ for (const framework of ['express', 'fastify']) {
       const answer = await post('/orders', body, k);
       assert.equal(answer.status, 409);
       assert.match(JSON.parse(answer.body).type, /#key-in-review$/);
+    });
+
+    test('a key settled by a person without a stored reply (resolve with a target_ref): 409 settled-without-reply with what is known', async () => {
+      // the same answer as the Python middleware (whose replay raised: a 500 on every retry)
+      for (const [n, status, ref] of [[0, 'succeeded', `ch_manual_${framework}`], [1, 'failed', null]]) {
+        const k = newKey();
+        const body = { order_id: 70 + n, amount_cents: 300 };
+        const scope = `${prefix}.payments`;
+        provider.state.failNext = 1;
+        assert.equal((await post('/payments', body, k)).status, 502);       // failed retryable: no result
+        await pool.query('SELECT idempo.request_review($1, $2)', [scope, k]);
+        await pool.query("SELECT idempo.resolve($1, $2, $3, 'ops@example.com', $4)", [scope, k, status, ref]);
+        for (let i = 0; i < 2; i += 1) {
+          const answer = await post('/payments', body, k);
+          assert.equal(answer.status, 409, answer.body);
+          const problem = JSON.parse(answer.body);
+          assert.equal(problem.type, 'https://idempo.dev/problems#settled-without-reply');
+          assert.deepEqual([problem.operation_status, problem.target_ref], [status, ref]);
+        }
+      }
     });
 
     test('50 concurrent duplicates of one request: one execution', async () => {

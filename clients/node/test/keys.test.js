@@ -25,6 +25,7 @@ test('keys derive as the shared vectors say (tenant and field values escaped, no
       assert.ok(err instanceof Refusal, `${JSON.stringify(v)}: ${err}`);
       assert.equal(v.key, null, JSON.stringify(v));
       assert.equal(err.reply.status, v.status, JSON.stringify(v));
+      if (v.problem) assert.ok(JSON.parse(err.reply.body).type.endsWith(`#${v.problem}`), `${JSON.stringify(v)}: ${err.reply.body}`);
       continue;
     }
     assert.equal(got, v.key, JSON.stringify(v));
@@ -43,4 +44,19 @@ test('401 and 403 are not stored by default: they answer for the caller, not the
   // a login that had expired, a CSRF check: stored, the mended caller got them back under its key
   assert.deepEqual([401, 403].map(defaultStore), [false, false]);
   assert.deepEqual([200, 201, 302, 402, 404, 410].map(defaultStore), [true, true, true, true, true, true]);
+});
+
+test('JSON depth: 64 levels of arrays and objects pass, 65 do not, brackets inside strings do not count (text or parsed)', () => {
+  const { jsonTooDeep, MAX_JSON_DEPTH } = require('../lib/http');
+  const nest = (depth) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
+  const cases = [
+    [nest(64), false], [nest(65), true], [`{"a":${nest(63)}}`, false], [`{"a":${nest(64)}}`, true],
+    [`["${'['.repeat(100)}"]`, false], [`{"a\\"[[[":${nest(64)}}`, true], [`["\\\\",${nest(63)}]`, false],
+    [`[{"a":[{"b":${nest(60)}}]}]`, false], [`[{"a":[{"b":${nest(61)}}]}]`, true],
+  ];
+  assert.equal(MAX_JSON_DEPTH, 64);
+  for (const [text, deep] of cases) {
+    assert.equal(jsonTooDeep(text), deep, text);
+    assert.equal(jsonTooDeep(JSON.parse(text)), deep, `parsed ${text}`);
+  }
 });

@@ -20,7 +20,7 @@ import contextlib
 from typing import Any, AsyncContextManager, Callable, Dict, Union
 
 from . import aio
-from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, flow_for, problem
+from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, connection_lost, flow_for, problem, unavailable
 
 
 def connect(conninfo: str = '', **kwargs) -> Callable[[], AsyncContextManager[Any]]:
@@ -102,22 +102,46 @@ class IdempotencyMiddleware:
         except Refusal as refusal:
             return await send_reply(send, refusal.reply)
 
-        async with self.connection() as conn:
-            runner = aio.Runner(conn)
-            runner.version = self.version        # checked on the first connection: once per app
+        # A connection lost before the app ran (a pooled connection left stale by a restart:
+        # nothing was claimed, nothing called) is tried once more on another; lost again, or
+        # after the app ran, the answer is 503 + Retry-After, never a 500.
+        for tries_left in (1, 0):
+            had, started, lost = False, False, None
+            try:
+                async with self.connection() as conn:
+                    had = True
+                    runner = aio.Runner(conn)
+                    runner.version = self.version        # checked on the first connection: once per app
 
-            async def begin(ctx):
-                if not ctx.began:
-                    await runner.begin()
-                    ctx.began = True
+                    async def begin(ctx):
+                        if not ctx.began:
+                            await runner.begin()
+                            ctx.began = True
 
-            async def handler(ctx):
-                ctx._begin = begin
-                scope.setdefault('state', {})['idempo'] = ctx
-                return await self._run_app(scope, receive, body)
+                    async def handler(ctx):
+                        nonlocal started
+                        started = True
+                        ctx._begin = begin
+                        scope.setdefault('state', {})['idempo'] = ctx
+                        return await self._run_app(scope, receive, body)
 
-            reply = await runner.run(flow_for(conn, route, info, key, handler))
-            self.version = runner.version
+                    try:
+                        reply = await runner.run(flow_for(conn, route, info, key, handler))
+                    except Exception as err:
+                        # asked here, before the factory closes the connection (connect()'s does)
+                        if not connection_lost(err, conn):
+                            raise
+                        lost = err
+                    self.version = runner.version
+            except Exception as err:
+                if had or not connection_lost(err, None):     # none to be had: a refused connect, a pool timeout
+                    raise
+                lost = err
+            if lost is None:
+                break
+            if started or not tries_left:
+                reply = unavailable(route)
+                break
         await send_reply(send, reply)
 
     async def _run_app(self, scope, receive, body) -> Reply:

@@ -21,7 +21,8 @@ A 404 from URL resolution never reaches process_view: freed too.
 from __future__ import annotations
 
 from ._sync import Runner
-from .http import Context, Refusal, Reply, Routes, cgi_headers, serve
+from .http import (Context, Refusal, Reply, Routes, cgi_headers, connection_closed, connection_lost, serve,
+                   unavailable)
 
 
 class DjangoRunner(Runner):
@@ -90,14 +91,38 @@ class IdempotencyMiddleware:
                                        request.body)
         except Refusal as refusal:
             return _http_response(refusal.reply)
-        runner = DjangoRunner(self.alias)
+        # A connection lost before the view ran (a persistent connection, CONN_MAX_AGE, left stale
+        # by a restart: nothing was claimed, nothing called) is closed and tried once more on a
+        # new one; lost again, or after the view ran, the answer is 503 + Retry-After, never a 500.
+        for tries_left in (1, 0):
+            runner, started = None, []
 
-        def app(ctx):
-            request.idempo = ctx
-            ctx.started = False             # until process_view below says otherwise
-            return _django_reply(self.get_response(request))
+            def app(ctx):
+                started.append(True)
+                request.idempo = ctx
+                ctx.started = False             # until process_view below says otherwise
+                return _django_reply(self.get_response(request))
+            try:
+                runner = DjangoRunner(self.alias)
+                reply = serve(runner, runner.conn, route, info, key, app)
+                # the driver's connection the request began on (Django may have made another)
+                if reply.status >= 500 and connection_closed(runner.raw):
+                    self._close()
+                    reply = unavailable(route)        # Django's 500 for the view's lost connection
+                return _http_response(reply)
+            except Exception as err:
+                if not connection_lost(err, runner.raw if runner is not None else None):
+                    raise
+                self._close()
+                if started or not tries_left:
+                    return _http_response(unavailable(route))
 
-        return _http_response(serve(runner, runner.conn, route, info, key, app))
+    def _close(self):
+        from django.db import connections
+        try:
+            connections[self.alias].close()
+        except Exception:
+            pass
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         # Django's base handler calls this after the process_view of the middlewares listed

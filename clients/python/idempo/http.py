@@ -10,6 +10,7 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
   the same key, another method/path/body -> 422 (the conflict is recorded in idempo.conflicts)
   missing or malformed key               -> 400 (no claim)
   unknown, in_review, stale, expired     -> 409: a person decides
+  settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 
 Which replies are stored (Route.store, default store_default): everything below 500 except the
 statuses that say the request was not taken up (400, 408, 409, 415, 422, 425, 429) or was refused
@@ -38,6 +39,10 @@ from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
 MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
+# Arrays and objects nested deeper in a JSON body are refused (400 json-too-deep) before anything
+# parses it: json.loads raised RecursionError (a 500) at about 1,000 levels, 2 KB of '['.  64 is
+# System.Text.Json's default; the Node middleware has the same limit.
+MAX_JSON_DEPTH = 64
 REPLAYED = 'idempotent-replayed'
 NOT_STORED_4XX = frozenset({400, 401, 403, 408, 409, 415, 422, 425, 429})
 # Not stored and not replayed: they describe one connection, not the reply.
@@ -82,10 +87,19 @@ class Reply:
             out['body_base64'] = base64.b64encode(self.body).decode('ascii')
         return out
 
+    @staticmethod
+    def is_stored(stored: Any) -> bool:
+        """Whether a claim's result is a reply the middleware stored (status, headers, body), rather
+        than nothing or what a person or a verifier recorded (resolve, verify).  The Node
+        middleware's test is the same."""
+        return (isinstance(stored, dict) and type(stored.get('status')) is int and 100 <= stored['status'] <= 599
+                and isinstance(stored.get('headers', []), (list, dict))
+                and isinstance(stored.get('body', ''), str) and isinstance(stored.get('body_base64', ''), str))
+
     @classmethod
     def from_stored(cls, stored: dict) -> 'Reply':
-        headers = [(n, v) for n, v in (stored['headers'].items() if isinstance(stored['headers'], dict)
-                                       else stored['headers'])]
+        stored_headers = stored.get('headers', [])
+        headers = [(n, v) for n, v in (stored_headers.items() if isinstance(stored_headers, dict) else stored_headers)]
         body = (base64.b64decode(stored['body_base64']) if 'body_base64' in stored
                 else stored.get('body', '').encode('utf-8'))
         return cls(stored['status'], headers + [(REPLAYED, 'true')], body)
@@ -94,10 +108,11 @@ class Reply:
         return next((v for n, v in self.headers if n == name), None)
 
 
-def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank') -> Reply:
-    """RFC 9457 problem details, as the draft's examples use."""
+def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank',
+            extra: Optional[dict] = None) -> Reply:
+    """RFC 9457 problem details, as the draft's examples use; extra: extension members."""
     body = json.dumps({'type': f'{docs}#{slug}' if docs != 'about:blank' else docs, 'title': title,
-                       'status': status, 'detail': detail, 'code': slug}).encode()
+                       'status': status, 'detail': detail, 'code': slug, **(extra or {})}).encode()
     return Reply(status, [('content-type', 'application/problem+json'), *headers], body)
 
 
@@ -200,7 +215,7 @@ class Context:
 
 # The draft sends the key as a Structured Field String ("..."); Stripe's clients send it bare.
 SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
-VISIBLE_ASCII = re.compile(r'[\x20-\x7e]+')
+VISIBLE_ASCII = re.compile(r'[\x21-\x7e]+')       # no space, no control character, nothing beyond ASCII
 
 
 def _malformed(route, why):
@@ -271,10 +286,33 @@ def key_from_fields(route: Route, info: RequestInfo) -> str:
     return '/'.join(parts)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = re.compile(rb'[\[\]{}]')
+
+
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a JSON text nests arrays and objects more than limit deep (its strings left out).
+    Without recursion, so that no depth makes it fail."""
+    if body.count(b'[') + body.count(b'{') <= limit:
+        return False
+    depth = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub(b'', body)):
+        if m.group() in (b'[', b'{'):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def parse_request(route: Route, method: str, path: str, headers: List[Tuple[str, str]], body: bytes) -> RequestInfo:
     media_type = next((v for n, v in headers if n == 'content-type'), '').split(';')[0].strip().lower()
     info = RequestInfo(method.upper(), path, headers, body, media_type)
     if body and (media_type == 'application/json' or media_type.endswith('+json')):
+        if json_too_deep(body):
+            raise Refusal(problem(400, 'json-too-deep', 'The JSON body is nested too deeply',
+                                  f'At most {MAX_JSON_DEPTH} levels of nested arrays and objects.', docs=route.docs))
         try:
             info.json, info.is_json = json.loads(body), True
         except ValueError as err:
@@ -312,7 +350,14 @@ def params_args(info: RequestInfo) -> tuple:
 def answer_for(route: Route, claim: Claim) -> Reply:
     """The reply when the claim did not hand this request the work."""
     if claim.outcome is Outcome.REPLAY:
-        return Reply.from_stored(claim.result)
+        if Reply.is_stored(claim.result):
+            return Reply.from_stored(claim.result)
+        # settled by a person or a verifier (resolve, verify) with no reply to replay: what is known
+        return problem(409, 'settled-without-reply', 'This Idempotency-Key was settled outside this API',
+                       'Its outcome was recorded by a person or a verifier, with no reply to replay; do not retry '
+                       'it under a new key.', docs=route.docs,
+                       extra={'operation_status': claim.status.value if claim.status else None,
+                              'target_ref': claim.target_ref})
     if claim.outcome is Outcome.BUSY:
         return problem(409, 'key-in-use', 'A request with this Idempotency-Key is being processed',
                        'Retry later with the same key.', [('retry-after', str(route.retry_after))], docs=route.docs)
@@ -323,6 +368,42 @@ def answer_for(route: Route, claim: Claim) -> Reply:
     return problem(409, 'key-in-review', 'The request with this Idempotency-Key needs attention',
                    f'Its outcome is {claim.outcome.value}; do not retry it under a new key, contact support.',
                    docs=route.docs)
+
+
+def unavailable(route: Route) -> Reply:
+    """503 + Retry-After: the database could not be reached, or the request's connection was lost
+    before its outcome committed (a restart).  Nothing is stored for the key (lost during COMMIT,
+    nobody can tell: the retry with the same key replays what did commit).  The Node middleware
+    answers the same."""
+    return problem(503, 'database-unavailable', 'The database could not be reached',
+                   'The request was not completed; retry it with the same Idempotency-Key.',
+                   [('retry-after', str(route.retry_after))], docs=route.docs)
+
+
+_CONNECTION_SQLSTATES = frozenset({'57P01', '57P02', '57P03'})
+
+
+def connection_closed(conn) -> bool:
+    """Whether the request's connection, the driver's (None: none was had), is closed: psycopg 3
+    closes it when the server has ended it, psycopg2 marks it (.closed 2)."""
+    if conn is None:
+        return False
+    closed = getattr(conn, 'closed', False)          # psycopg 3: a bool; psycopg2: 0 when open
+    return closed is True or (type(closed) is int and closed != 0)
+
+
+def connection_lost(err: BaseException, conn=None) -> bool:
+    """Whether err means that the connection was lost, or none could be had: conn (the request's,
+    None if none was had) is closed (psycopg 3 closes it when the server has ended it, psycopg2
+    marks it), the SQLSTATE is of class 08 or 57P01-57P03 (terminated by an administrator or a
+    shutdown, not accepting connections yet), or no connection was had and the error is a
+    driver's OperationalError or a pool's PoolTimeout."""
+    if connection_closed(conn):
+        return True
+    code = sqlstate_of(err)
+    if code is not None:
+        return code.startswith('08') or code in _CONNECTION_SQLSTATES
+    return conn is None and any(c.__name__ in ('OperationalError', 'PoolTimeout') for c in type(err).__mro__)
 
 
 def _invalid_json(err) -> bool:

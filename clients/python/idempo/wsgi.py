@@ -12,7 +12,8 @@ import io
 from typing import Any, Callable, ContextManager, Dict, Union
 
 from ._sync import Runner
-from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, cgi_headers, problem, serve
+from .http import (MAX_BODY_BYTES, Refusal, Reply, Route, Routes, cgi_headers, connection_closed, connection_lost,
+                   problem, serve, unavailable)
 
 ENVIRON_KEY = 'idempo.context'
 
@@ -83,17 +84,43 @@ class IdempotencyMiddleware:
         except Refusal as refusal:
             return send_reply(start_response, refusal.reply)
 
-        with self.connection() as conn:
-            runner = Runner(conn)
-            runner.version = self.version        # checked on the first connection: once per app
+        # A connection lost before the app ran (a pooled connection left stale by a restart:
+        # nothing was claimed, nothing called) is tried once more on another; lost again, or
+        # after the app ran, the answer is 503 + Retry-After, never a 500.
+        for tries_left in (1, 0):
+            had, started, lost = False, [], None
+            try:
+                with self.connection() as conn:
+                    had = True
+                    runner = Runner(conn)
+                    runner.version = self.version        # checked on the first connection: once per app
 
-            def app(ctx):
-                environ[ENVIRON_KEY] = ctx
-                environ['wsgi.input'] = io.BytesIO(body)
-                return self._run_app(environ)
+                    def app(ctx):
+                        started.append(True)
+                        environ[ENVIRON_KEY] = ctx
+                        environ['wsgi.input'] = io.BytesIO(body)
+                        return self._run_app(environ)
 
-            reply = serve(runner, conn, route, info, key, app)
-            self.version = runner.version
+                    try:
+                        reply = serve(runner, conn, route, info, key, app)
+                        if reply.status >= 500 and connection_closed(runner.raw):
+                            reply = unavailable(route)     # the framework's 500 for the view's lost connection
+                    except Exception as err:
+                        # asked here, before the factory closes the connection (connect()'s does);
+                        # runner.raw: the driver's, under a wrapper (SQLAlchemy)
+                        if not connection_lost(err, runner.raw):
+                            raise
+                        lost = err
+                    self.version = runner.version
+            except Exception as err:
+                if had or not connection_lost(err, None):     # none to be had: a refused connect, a pool timeout
+                    raise
+                lost = err
+            if lost is None:
+                break
+            if started or not tries_left:
+                reply = unavailable(route)
+                break
         return send_reply(start_response, reply)
 
     def _run_app(self, environ) -> Reply:

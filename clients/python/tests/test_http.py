@@ -77,13 +77,14 @@ class Provider:
 
 
 class Service:
-    def __init__(self, kind, dbname, provider):
-        self.kind, self.dbname, self.provider = kind, dbname, provider
+    def __init__(self, kind, dbname, provider, env=None):
+        self.kind, self.dbname, self.provider, self.env = kind, dbname, provider, env or {}
         self.app_name = f'idempo-shop-{kind}'
         self.start()
 
     def start(self):
-        env = {**os.environ, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url, 'APP_NAME': self.app_name,
+        env = {**os.environ, **self.env, 'PGDATABASE': self.dbname, 'PROVIDER_URL': self.provider.url,
+               'APP_NAME': self.app_name,
                # the idempo these tests imported (installed, or the source tree in development)
                'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(idempo.__file__)),
                                               os.environ.get('PYTHONPATH', '')])}
@@ -210,10 +211,29 @@ def test_missing_and_malformed_keys_400(shop):
     who = f'nokey-{service.kind}'
     status, _, body = service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1})
     assert status == 400 and json.loads(body)['type'].endswith('#missing-key'), (status, body)
-    for bad in ['k' * 256, '', '""', 'a,b', 'kéy'.encode().decode('latin-1'), '"unterminated', [new_key(), new_key()]]:
-        assert service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, bad)[0] == 400, bad
+    # 'a, b': two values of a field that admits one (two headers joined by a proxy); 'a b': not visible ASCII
+    for bad in ['k' * 256, '', '""', 'a,b', 'a, b', 'a b', '"a b"', 'kéy'.encode().decode('latin-1'), '"unterminated',
+                [new_key(), new_key()]]:
+        status, _, body = service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, bad)
+        assert status == 400 and json.loads(body)['code'] == 'malformed-key', (bad, status, body)
     assert orders_of(db, who) == 0
     expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, 'k' * 255 + service.kind[:0])[0], 201)
+
+
+def test_the_view_loses_its_connection_503_and_the_retry_runs(shop):
+    # the server ends the connection of the view's transaction (pg_terminate_backend, as a restart
+    # does): the framework's 500, or the exception, went out as it is; nothing was committed, so
+    # the answer is 503 + Retry-After and the retry with the same key runs
+    service, db, _ = shop
+    k, who = new_key(), f'lost-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 1}
+    status, headers, body = service.post('/orders', order, k)
+    assert status == 503 and headers['content-type'] == 'application/problem+json', (status, body)
+    assert headers['retry-after'] == '1' and json.loads(body)['code'] == 'database-unavailable', (headers, body)
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None and orders_of(db, who) == 0
+    status, _, body = service.post('/orders', order, k)
+    assert status == 201, (status, body)
+    assert orders_of(db, who) == 1
 
 
 def test_invalid_bodies_use_no_key(shop):
@@ -225,6 +245,43 @@ def test_invalid_bodies_use_no_key(shop):
     expect(service.post('/orders', r'{"customer": "bo\u0000", "sku": "A-7", "qty": 1}', k)[0], 400)
     assert status_of(db, 'http.orders', f'anonymous/{k}') is None
     expect(service.post('/orders', {'customer': who, 'sku': 'A-7', 'qty': 1}, k)[0], 201)
+
+
+def test_deeply_nested_json_is_refused_400_and_uses_no_key(shop):
+    # json.loads raised RecursionError at about 1,000 levels (a 500); the limit is 64 levels of
+    # arrays and objects (idempo.http.MAX_JSON_DEPTH), the Node middleware's too
+    MAX_JSON_DEPTH = 64
+    service, db, _ = shop
+    k, who = new_key(), f'deep-{service.kind}'
+    order = {'customer': who, 'sku': 'A-7', 'qty': 1}
+
+    def nested(depth):          # the order object is one level: 'x' holds depth - 1 more
+        return json.dumps(order)[:-1] + ', "x": ' + '[' * (depth - 1) + ']' * (depth - 1) + '}'
+    for depth in (5000, MAX_JSON_DEPTH + 1):
+        status, headers, body = service.post('/orders', nested(depth), k)
+        assert status == 400 and headers['content-type'] == 'application/problem+json', (depth, status, body)
+        assert json.loads(body)['type'].endswith('#json-too-deep'), body
+    assert status_of(db, 'http.orders', f'anonymous/{k}') is None
+    expect(service.post('/orders', nested(MAX_JSON_DEPTH), k)[0], 201)
+    assert orders_of(db, who) == 1
+    from idempo.http import MAX_JSON_DEPTH as limit
+    assert limit == MAX_JSON_DEPTH
+
+
+def test_json_depth_counts_arrays_and_objects_not_brackets_in_strings():
+    # the same cases as the Node library's keys.test.js
+    from idempo.http import MAX_JSON_DEPTH, json_too_deep
+
+    def nest(depth):
+        return '[' * depth + ']' * depth
+    cases = [(nest(64), False), (nest(65), True), ('{"a":' + nest(63) + '}', False), ('{"a":' + nest(64) + '}', True),
+             ('["' + '[' * 100 + '"]', False), ('{"a\\"[[[":' + nest(64) + '}', True),
+             ('["\\\\",' + nest(63) + ']', False),
+             ('[{"a":[{"b":' + nest(60) + '}]}]', False), ('[{"a":[{"b":' + nest(61) + '}]}]', True)]
+    assert MAX_JSON_DEPTH == 64
+    for text, deep in cases:
+        json.loads(text)                     # valid JSON, every one
+        assert json_too_deep(text.encode()) is deep, text
 
 
 def test_busy_409_while_the_first_is_in_its_transaction(shop):
@@ -384,6 +441,27 @@ def test_attempts_exhausted_409_review(shop):
     status, _, stuck = service.post('/payments', body, k)
     assert status == 409 and json.loads(stuck)['type'].endswith('#key-in-review'), (status, stuck)
     assert status_of(db, 'http.payments', f'anonymous/{k}') == 'in_review'
+
+
+def test_settled_by_a_person_without_a_reply_409_with_what_is_known(shop):
+    # a key a person settled (resolve, or verify with a target_ref) has no stored reply: the
+    # replay raised in Reply.from_stored, a 500 on every retry; the Node middleware answered a
+    # 409 of its own.  Both: 409 settled-without-reply with the operation's status and target_ref.
+    service, db, provider = shop
+    for n, resolution, ref in ((0, 'succeeded', f'ch_manual_{service.kind}'), (1, 'failed', None)):
+        k = new_key()
+        body = {'order_id': 107 + n, 'amount_cents': 300}
+        provider.fail_next = 1
+        assert service.post('/payments', body, k)[0] == 502            # failed retryable: no result
+        db.execute("SELECT idempo.request_review('http.payments', %s)", [f'anonymous/{k}'])
+        db.execute("SELECT idempo.resolve('http.payments', %s, %s, 'ops@example.com', %s)",
+                   [f'anonymous/{k}', resolution, ref])
+        for _ in range(2):
+            status, headers, answer = service.post('/payments', body, k)
+            assert status == 409 and headers['content-type'] == 'application/problem+json', (status, answer)
+            problem = json.loads(answer)
+            assert problem['type'].endswith('#settled-without-reply'), problem
+            assert (problem['operation_status'], problem['target_ref']) == (resolution, ref), problem
 
 
 def test_error_after_the_call_500_then_the_same_charge(shop):
@@ -670,6 +748,7 @@ def test_key_derivation_matches_the_shared_vectors():
             got = key_of(route, parse_request(route, 'POST', '/p', headers, json.dumps(v.get('body', {})).encode()))
         except Refusal as refusal:
             assert v['key'] is None and refusal.reply.status == v['status'], v
+            assert 'problem' not in v or json.loads(refusal.reply.body)['code'] == v['problem'], (v, refusal.reply.body)
         else:
             assert got == v['key'], v
 

@@ -4,7 +4,8 @@
 // PROVIDER_URL; SCOPE_PREFIX.  Prints "listening on URL".
 //   POST /orders          one transaction: INSERT INTO shop.orders; sku FLAKY throws once per
 //                         key (500, not stored); sku GONE answers 404 (stored, a 4xx); sku
-//                         HELD answers 409 (a 4xx that refuses the request: not stored)
+//                         HELD answers 409 (a 4xx that refuses the request: not stored); sku
+//                         LOST: the server ends the transaction's connection once per key
 //   POST /orders-strict   the same with store: only 2xx (a 404 is not stored)
 //   POST /shipments       key from the body's fields order_id and line
 //   POST /payments        lease: the provider is called, then INSERT INTO shop.payments; a
@@ -19,8 +20,12 @@ const { Idempo } = require('idempo');
 const framework = process.argv[2];
 const prefix = process.env.SCOPE_PREFIX;
 const pool = new Pool({ max: 60, application_name: `idempo-http-${framework}` });
+// an idle client that the server ends (a restart) emits 'error' on the pool: without a
+// listener, the process ends (docs/node.md)
+pool.on('error', () => {});
 const idem = new Idempo(pool);
 const flaky = new Set();
+const lost = new Set();
 
 function validOrder(body) {
   return body && typeof body === 'object' && typeof body.customer === 'string' && typeof body.sku === 'string'
@@ -31,6 +36,14 @@ const badOrder = { type: 'about:blank#invalid-order', title: 'Invalid order', st
 async function createOrder(idempotency, body) {
   if (body.sku === 'GONE') return { status: 404, body: { title: 'No such product', status: 404 } };
   if (body.sku === 'HELD') return { status: 409, body: { title: 'Stock is being counted', status: 409 } };
+  if (body.sku === 'LOST' && !lost.has(idempotency.key)) {
+    // the server ends the transaction's connection while it is idle (a restart would too)
+    lost.add(idempotency.key);
+    const { rows: [{ pid }] } = await idempotency.tx.query('SELECT pg_backend_pid() AS pid');
+    const ended = new Promise((resolve) => idempotency.tx.once('end', resolve));
+    await pool.query('SELECT pg_terminate_backend($1)', [pid]);
+    await ended;
+  }
   const { rows: [order] } = await idempotency.tx.query(
     'INSERT INTO shop.orders (customer, sku, qty) VALUES ($1, $2, $3) RETURNING id, customer, sku, qty',
     [body.customer, body.sku, body.qty]);

@@ -36,6 +36,7 @@ async function main(): Promise<void> {
   } catch (err) {
     if (err instanceof idempo.ConflictError) console.log(err.conflictId, err.changedFields?.[0]?.field);
     if (err instanceof idempo.BusyError) console.log(err.retryAfterMs);
+    if (err instanceof idempo.ConnectionLostError || idempo.isConnectionError(err)) console.log('retry with the same key');
     if (err instanceof idempo.IdempoError) console.log(err.code, err.hint);
   }
 

@@ -10,8 +10,16 @@ from idempo.asgi import IdempotencyMiddleware, connect
 import common
 
 app = FastAPI()
-app.add_middleware(IdempotencyMiddleware, routes=common.ROUTES,
-                   connection=connect(application_name=os.environ.get('APP_NAME', 'idempo-shop')))
+APP_NAME = os.environ.get('APP_NAME', 'idempo-shop')
+if common.POOL_SIZE:
+    from psycopg_pool import AsyncConnectionPool
+    pool = AsyncConnectionPool(kwargs={'application_name': APP_NAME}, min_size=common.POOL_SIZE,
+                               max_size=common.POOL_SIZE, open=False)
+    app.add_event_handler('startup', pool.open)
+    connection = pool.connection
+else:
+    connection = connect(application_name=APP_NAME)
+app.add_middleware(IdempotencyMiddleware, routes=common.ROUTES, connection=connection)
 
 
 @app.post('/orders')
@@ -19,6 +27,8 @@ async def create_order(request: Request):
     body, conn = await request.json(), request.state.idempo.conn
     if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
         return JSONResponse({'detail': 'no such customer'}, status_code=404)
+    if common.lose_connection(body, request.state.idempo.key):
+        await conn.execute(common.TERMINATE_SQL)
     cur = await conn.execute(common.ORDER_SQL, common.order_args(body))
     if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
         return JSONResponse({'detail': 'try again'}, status_code=503)

@@ -87,6 +87,23 @@ def charge_card(body, provider_key):
         return json.load(answer)
 
 
+# customer "lost...": the view's connection is ended by the server (pg_terminate_backend of its
+# own backend, as a restart would), once per key: the retry with the same key runs
+LOST_KEYS = set()
+TERMINATE_SQL = 'SELECT pg_terminate_backend(pg_backend_pid())'
+
+
+def lose_connection(body, key):
+    if body['customer'].startswith('lost') and key not in LOST_KEYS:
+        LOST_KEYS.add(key)
+        return True
+    return False
+
+
+# IDEMPO_SHOP_POOL=N: the app takes its connections from a psycopg_pool pool of N (asgi, flask)
+POOL_SIZE = int(os.environ.get('IDEMPO_SHOP_POOL') or 0)
+
+
 ORDER_SQL = 'INSERT INTO shop.orders (customer, sku, qty) VALUES (%s, %s, %s) RETURNING id, customer, sku, qty'
 PAYMENT_SQL = ('INSERT INTO shop.payments (order_id, amount_cents, charge_id) VALUES (%s, %s, %s) '
                'RETURNING id, order_id, amount_cents, charge_id')

@@ -33,6 +33,8 @@ def create_order(request):
     if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
         return JsonResponse({'detail': 'no such customer'}, status=404)
     with connection.cursor() as cur:
+        if common.lose_connection(body, request.idempo.key):
+            cur.execute(common.TERMINATE_SQL)
         cur.execute(common.ORDER_SQL, common.order_args(body))
         order = cur.fetchone()
     if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back

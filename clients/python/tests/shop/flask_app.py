@@ -8,7 +8,14 @@ from idempo.flask import Idempotency, connect, current
 import common
 
 app = Flask(__name__)
-Idempotency(app, routes=common.ROUTES, connection=connect(application_name=os.environ.get('APP_NAME', 'idempo-shop')))
+APP_NAME = os.environ.get('APP_NAME', 'idempo-shop')
+if common.POOL_SIZE:
+    from psycopg_pool import ConnectionPool
+    connection = ConnectionPool(kwargs={'application_name': APP_NAME}, min_size=common.POOL_SIZE,
+                                max_size=common.POOL_SIZE).connection
+else:
+    connection = connect(application_name=APP_NAME)
+Idempotency(app, routes=common.ROUTES, connection=connection)
 
 
 @app.post('/orders')
@@ -16,6 +23,8 @@ def create_order():
     body = request.get_json()
     if body['customer'] == 'nobody':       # a 4xx the handler decided: stored
         return jsonify({'detail': 'no such customer'}), 404
+    if common.lose_connection(body, current().key):
+        current().conn.execute(common.TERMINATE_SQL)
     order = current().conn.execute(common.ORDER_SQL, common.order_args(body)).fetchone()
     if body['customer'].startswith('flaky'):   # a 5xx after a write: not stored, the write rolled back
         return jsonify({'detail': 'try again'}), 503

@@ -1,5 +1,6 @@
 """Starts one of the shop apps on 127.0.0.1 (a free port) and prints "listening on URL".
-usage: serve.py asgi|flask|django   (PGHOST, PGPORT, PGUSER, PGDATABASE, PROVIDER_URL, APP_NAME)"""
+usage: serve.py asgi|flask|django   (PGHOST, PGPORT, PGUSER, PGDATABASE, PROVIDER_URL, APP_NAME,
+IDEMPO_SHOP_POOL)"""
 import os
 import socket
 import sys
@@ -15,7 +16,8 @@ def main(kind):
         sock = socket.socket()
         sock.bind(('127.0.0.1', 0))
         print(f'listening on http://127.0.0.1:{sock.getsockname()[1]}', flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level='warning', lifespan='off'))
+        # the lifespan runs the app's startup handlers (the pool's open, IDEMPO_SHOP_POOL)
+        server = uvicorn.Server(uvicorn.Config(app, log_level='warning', lifespan='on' if os.environ.get('IDEMPO_SHOP_POOL') else 'off'))
         asyncio.run(server.serve(sockets=[sock]))
         return
     from werkzeug.serving import make_server, WSGIRequestHandler

@@ -19,6 +19,9 @@ const { request: httpRequest } = require('./client');
 
 // node-postgres, unlike libpq, defaults to TCP on localhost; use the Unix socket as psql does.
 const pool = new Pool({ host: process.env.PGHOST || '/var/run/postgresql', application_name: 'idempo-http-node' });
+// an idle client ended by the server (a restart) emits 'error' here: without a listener the
+// process ends
+pool.on('error', (err) => console.error(`idle database client: ${err.message}`));
 const idem = new Idempo(pool);
 const PROVIDER_URL = process.env.PROVIDER_URL ?? 'http://127.0.0.1:9099';
 const DOCS = 'https://example.com/docs/idempotency';   // point problem types at your API docs
