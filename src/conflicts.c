@@ -520,7 +520,7 @@ idempo_record_conflict(const IdempoConflict *c)
 				(errmsg("conflict on key \"%s\" in scope \"%s\" is recorded in the current transaction only",
 						c->key, c->scope),
 				 listed ?
-				 errdetail("No idempo sweeper serves database \"%s\" or is starting for it (no free background worker slot), and no conflict recorder worker could record it. The claim returns no conflict_id.",
+				 errdetail("No idempo sweeper serves database \"%s\" or is starting for it (none has been started for it yet, or no background worker slot was free), and no conflict recorder worker could record it. The claim returns no conflict_id.",
 						   dbname) :
 				 errdetail("Database \"%s\" is not listed in idempo.databases, so no idempo sweeper serves it, and no conflict recorder worker could record it. The claim returns no conflict_id.",
 						   dbname ? dbname : "?"),
