@@ -138,10 +138,10 @@ PARAMS = [None, None, None, '{"amount": 10}', '{"amount": 10}', '{"amount": 99}'
           '{"b": 1, "a": 2}', '{"s": "\\u00e9"}', '{"s": "é"}', '{}', '[]', 'null', '1', '"x"',
           '{"amount": -0}', '{"amount": 0}']
 RESULTS = [None, '{"row": 1}', '{"row": 2.50}', '[]', '"done"']
-RETENTIONS = ['10 minutes', '1 hour', '1 day', '7 days', '30 days']
+RETENTIONS = ['10 minutes', '1 hour', '1 day', '1 day', '7 days', '30 days', '30 days']
 LEASES = ['2 minutes', '5 minutes', '30 minutes', '2 hours']
 CLAIM_LEASES = ['3 minutes', '1 hour', '0 minutes', '40 days']
-CLOCK_MOVES = [1, 1, 1, 2, 2, 3, 5, 5, 10, 30, 61, 120, 1440, 1441, 8 * 1440, 40 * 1440]
+CLOCK_MOVES = [1, 1, 1, 2, 2, 3, 5, 5, 10, 30, 61, 120] * 3 + [1440, 1441, 8 * 1440, 40 * 1440]
 IGNORES = [[], [], ['delivered_at'], ['meta.trace_id'], ['delivered_at', 'meta.trace_id'], ['a..b']]
 INCLUDES = [[], [], ['amount'], ['items[*].sku'], ['amount', 'items[*].sku'], ['[*]']]
 
@@ -314,6 +314,7 @@ class Gen:
         self.last_params = {}
         self.recent = []
         self.queue = []             # steps of a flow, emitted next
+        self.reenable = []          # [steps to go, scope]: a disabled scope enabled again
 
     def chance(self, p):
         return self.r.random() < p
@@ -338,7 +339,7 @@ class Gen:
     def params(self, scope=None, key=None):
         """Mostly the params this key was claimed with last (a redelivery), else any."""
         last = self.last_params.get((scope, key), 'none yet')
-        if last != 'none yet' and self.chance(0.8):
+        if last != 'none yet' and self.chance(0.88):
             return last
         p = self.pick(PARAMS)
         self.last_params[(scope, key)] = p
@@ -514,7 +515,7 @@ class Gen:
 
     def other(self):
         scope, key = self.recent_key()
-        kind = self.pick(['verify', 'verify', 'resolve', 'resolve', 'request_review', 'release',
+        kind = self.pick(['verify', 'verify', 'resolve', 'resolve', 'resolve', 'resolve', 'request_review', 'release',
                           'release', 'heartbeat', 'heartbeat', 'lookup', 'resolve_conflict',
                           'sweep', 'check', 'stored_key'])
         if kind == 'verify':
@@ -548,6 +549,8 @@ class Gen:
         name = self.scope(odd=0.03)
         if kind == 'alter':
             return {'op': 'alter_scope', 'name': name, 'opts': self.scope_options(alter=True)}
+        if kind == 'disable' and self.chance(0.8):
+            self.reenable.append([self.r.randint(3, 30), name])     # enabled again a little later
         return {'op': kind + '_scope', 'name': name}
 
     def txn(self):
@@ -645,39 +648,91 @@ class Gen:
                 'end': 'commit' if self.chance(0.7) else 'rollback'}
 
     def flow(self):
-        """A few steps as an application would run them: claim and finish in one transaction
-        (or with complete_on_commit), or claim now and finish later (another transaction)."""
+        """A few steps as an application or an operator would run them, so that the paths
+        behind them are reached: claim and finish in one transaction, claim now and finish
+        later, a lease that runs out (unknown, verify), heartbeats, a result that expires (a
+        remembered key, release), attempts used up (review, resolve), savepoints, a read-only
+        transaction."""
         scope, key = self.recent_key() if self.chance(0.3) else (self.scope(), None)
         if key is None:
             key = self.key(scope)
         c = self.claim(scope, key)
         x = self.r.random()
-        if x < 0.45 and not self.in_txn:
-            self.queue = [c, self.finish(scope, key), {'op': 'commit' if self.chance(0.8) else 'rollback'}]
+        later = self.finish(scope, key)
+        later['attempt'] = self.pick([1, 1, 1, 2, None])
+        if not self.in_txn and x < 0.3:
+            rest = [c, self.finish(scope, key)]
+            if self.chance(0.3):
+                # a savepoint rolled back over a second claim: its attempt no longer counts
+                k2 = self.key(scope)
+                self.spn += 1
+                sp = 'sp%d' % self.spn
+                rest = [c, {'op': 'savepoint', 'name': sp}, self.claim(scope, k2),
+                        {'op': 'rollback_to', 'name': sp}, self.finish(scope, k2), self.finish(scope, key)]
+            self.queue = rest + [{'op': 'commit' if self.chance(0.8) else 'rollback'}]
             self.in_txn = True
             self.sp = []
-            self.iso = 'read committed'
             return {'op': 'begin', 'iso': self.pick(['read committed'] * 4 + ['repeatable read', 'serializable']),
                     'ro': False}
-        if x < 0.55 and self.in_txn:
+        if not self.in_txn and x < 0.36:
+            self.queue = [c, {'op': 'lookup', 'scope': scope, 'key': key},
+                          self.claim(scope, self.key(scope)), {'op': 'commit'}]
+            self.in_txn = True
+            self.sp = []
+            return {'op': 'begin', 'iso': self.pick(['read committed', 'repeatable read']), 'ro': True}
+        if x < 0.45 and self.in_txn:
             self.queue = [self.finish(scope, key)]
             return c
-        # later, in a transaction of its own: the attempt by number
-        f = self.finish(scope, key)
-        f['attempt'] = self.pick([1, 1, 1, 2, None])
-        self.queue = [{'op': 'clock', 'minutes': self.pick([1, 1, 2, 10])}, f] if self.chance(0.3) else [f]
+        if x < 0.6:
+            # the lease runs out: unknown (or the next attempt in a retry scope), then a verdict
+            verdict = self.pick([
+                {'op': 'verify', 'scope': scope, 'key': key, 'attempt': self.pick([1, 1, 2]),
+                 'found': self.chance(0.5), 'result': None},
+                later,
+                {'op': 'resolve', 'scope': scope, 'key': key,
+                 'resolution': self.pick(['succeeded', 'not_executed', 'failed'])}])
+            self.queue = [{'op': 'clock', 'minutes': self.pick([6, 31, 121, 1500])},
+                          self.claim(scope, key), {'op': 'clock', 'minutes': self.pick([1, 2, 6])}, verdict,
+                          self.claim(scope, key)]
+            return c
+        if x < 0.7:
+            hb = {'op': 'heartbeat', 'scope': scope, 'key': key, 'attempt': self.pick([1, 1, None]),
+                  'extend': self.pick([None, '10 minutes', '3 hours'])}
+            self.queue = [{'op': 'clock', 'minutes': self.pick([1, 3, 6])}, hb,
+                          {'op': 'clock', 'minutes': self.pick([1, 4, 8])}, dict(hb), later]
+            return c
+        if x < 0.8:
+            # finished, then its result expires: expired (a remembered key) or acquired again
+            c['coc'] = True
+            self.queue = [{'op': 'clock', 'minutes': self.pick([61, 1441, 8 * 1440, 40 * 1440])},
+                          self.pick([{'op': 'sweep', 'batch': 1000}, self.claim(scope, key)]),
+                          {'op': 'release', 'scope': scope, 'key': key}, self.claim(scope, key)]
+            return c
+        if x < 0.88:
+            # attempts used up: retryable failures until the scope's max_attempts, then review
+            fail = {'op': 'fail', 'scope': scope, 'key': key, 'attempt': 1, 'retryable': True}
+            self.queue = [fail, self.claim(scope, key), dict(fail, attempt=2), self.claim(scope, key),
+                          dict(fail, attempt=3), self.claim(scope, key),
+                          {'op': 'resolve', 'scope': scope, 'key': key, 'resolution': 'not_executed'},
+                          self.claim(scope, key)]
+            return c
+        self.queue = [{'op': 'clock', 'minutes': self.pick([1, 1, 2, 10])}, later] if self.chance(0.3) else [later]
         return c
 
     def step(self):
+        for r in self.reenable:
+            r[0] -= 1
+        if self.reenable and self.reenable[0][0] <= 0 and not self.queue:
+            return {'op': 'enable_scope', 'name': self.reenable.pop(0)[1]}
         if self.queue:
             s = self.queue.pop(0)
             if s['op'] in ('commit', 'rollback'):
                 self.in_txn = False
             return s
         x = self.r.random()
-        if x < 0.08:
+        if x < 0.12:
             return self.flow()
-        if x < 0.26:
+        if x < 0.28:
             return self.claim()
         if x < 0.40:
             return self.batch()
