@@ -588,6 +588,7 @@ class Gen:
             if self.chance(0.5):
                 key, other = other, key
         holder = []
+        before = None
         x = self.r.random()
         scope_changed = False
         if x < 0.45:
@@ -599,13 +600,23 @@ class Gen:
             # fingerprint rules, retention, disable
             target = scope
             fresh = [s for s in self.scopes if s.startswith('h')]
-            if fresh and self.chance(0.6):
+            y = self.r.random()
+            if self.chance(0.3):
+                # a scope created just before: no operations yet, so hash_keys and the
+                # fingerprint rules may still change (the step before the episode creates it);
+                # the holder turns its hash_keys around
+                hashed = self.chance(0.3)
+                before = self.create_scope(hash_keys=hashed)
+                target = scope = before['name']
+                other = key = self.pick(KEYS)
+                y = 0
+            elif fresh and self.chance(0.6):
                 target = self.pick(fresh)
                 scope = target
                 other = key = self.pick(KEYS)
-            y = self.r.random()
             if y < 0.5:
-                holder.append({'op': 'alter_scope', 'name': target, 'opts': {'hash_keys': self.chance(0.7)}})
+                flip = not hashed if before is not None else self.chance(0.7)
+                holder.append({'op': 'alter_scope', 'name': target, 'opts': {'hash_keys': flip}})
             elif y < 0.65:
                 holder.append({'op': 'alter_scope', 'name': target,
                                'opts': {'fingerprint_ignore': self.pick(IGNORES[2:5])}})
@@ -626,8 +637,10 @@ class Gen:
         if self.chance(0.3):
             iso = 'read committed' if scope_changed else self.pick(['read committed', 'repeatable read'])
             main.append({'op': 'begin', 'iso': iso, 'ro': False})
-        wait = self.chance(0.5)
+        wait = self.chance(0.75 if scope_changed else 0.5)
         y = self.r.random()
+        if scope_changed:
+            y = 0.2 + 0.8 * y       # against a scope change: batches more often (they read the scope too)
         if y < 0.5:
             m = self.claim(scope, other, wait=wait)
         elif y < 0.85:
@@ -644,8 +657,12 @@ class Gen:
         elif main[0]['op'] == 'begin':
             self.in_txn = True
             self.sp = []
-        return {'op': 'episode', 'holder': holder, 'main': main,
-                'end': 'commit' if self.chance(0.7) else 'rollback'}
+        episode = {'op': 'episode', 'holder': holder, 'main': main,
+                   'end': 'commit' if self.chance(0.9 if before is not None else 0.7) else 'rollback'}
+        if before is not None:
+            self.queue.insert(0, episode)
+            return before
+        return episode
 
     def flow(self):
         """A few steps as an application or an operator would run them, so that the paths
