@@ -1672,13 +1672,16 @@ def print_sql(d, names):
         print('-- ---- %s (%s) ----' % (name, 'C edition' if name.startswith('c') else
                                           'managed edition'))
         two = any(role == 'B' for role, _, _ in log)
+        current = None
         for role, sql, note in log:
-            prefix = ('-- [session %s]\n' % role) if two else ''
+            if two and role != current:
+                print('-- [session %s]' % role)
+                current = role
             if sql is None:
-                print('-- [session %s] %s' % (role, note))
+                print('-- %s' % note)
                 continue
             comment = '   -- %s' % note if note else ''
-            print('%s%s;%s' % (prefix, sql, comment))
+            print('%s;%s' % (sql, comment))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1707,6 +1710,17 @@ SCENARIOS = {
         {'op': 'create_scope', 'name': 's', 'opts': {}},
         {'op': 'claim', 'scope': 's', 'key': 'v', 'params': None, 'wait': True},
         {'op': 'claim', 'scope': 's', 'key': '\x0b', 'params': None, 'wait': True},
+    ],
+    # a replay claim_batch answers from its probe leaves the record unlocked, where claim()'s
+    # replay keeps it locked FOR UPDATE to the end of the transaction (another session's
+    # wait => false claim: replay after the batch, busy after the single claim)
+    'batch-replay-leaves-no-lock': [
+        {'op': 'create_scope', 'name': 's', 'opts': {}},
+        {'op': 'claim', 'scope': 's', 'key': 'k1', 'params': '{"amount": 10}', 'wait': True, 'coc': True},
+        {'op': 'episode', 'holder': [{'op': 'batch', 'scope': 's', 'keys': ['k1'], 'params': ['{"amount": 10}'],
+                                      'wait': True}],
+         'main': [{'op': 'claim', 'scope': 's', 'key': 'k1', 'params': '{"amount": 10}', 'wait': False}],
+         'end': 'commit'},
     ],
     # the managed edition's advisory lock key is a 32-bit hash: a colliding key looks busy
     'advisory-lock-collision': [
@@ -1768,6 +1782,12 @@ def without(seq, what):
 
 
 WITHOUT = ['blank-v', 'collisions', 'dup-params', 'hash-race', 'replay-lock']
+
+
+# the --without that keeps the random runs away from what each scenario shows
+SCENARIO_WITHOUT = {'batch-reads-scope-before-lock': 'hash-race', 'batch-duplicate-vs-stored': 'dup-params',
+                    'blank-key-v': 'blank-v', 'advisory-lock-collision': 'collisions',
+                    'batch-replay-leaves-no-lock': 'replay-lock'}
 
 
 def check_servers(host, port_c, port_m, c_dbs):
@@ -1901,9 +1921,11 @@ def main():
         except Difference as d:
             failed += 1
             report('scenario %s' % name, SCENARIOS[name], d)
-            if not args.keep_going:
-                print('%d passed, %d failed' % (passed, failed))
-                return 1
+            # the random runs look past it: they would find it again first
+            if SCENARIO_WITHOUT[name] not in avoid:
+                avoid.append(SCENARIO_WITHOUT[name])
+    if failed:
+        print('\nthe random runs keep away from what the failed scenarios show: --without %s' % ','.join(avoid))
 
     for run in range(args.runs):
         seed = args.seed + run
@@ -1923,8 +1945,9 @@ def main():
                 print('  %5d  %s' % (stats[k], k))
         except Difference as d:
             failed += 1
-            report('seed %d (--seed %d --steps %d --targets %s), after %.0f s' %
-                   (seed, seed, args.steps, ','.join(names), time.time() - t0), seq, d)
+            report('seed %d (--seed %d --steps %d --targets %s%s), after %.0f s' %
+                   (seed, seed, args.steps, ','.join(names), ' --without ' + ','.join(avoid) if avoid else '',
+                    time.time() - t0), seq, d)
             if not args.keep_going:
                 break
     print('%d passed, %d failed' % (passed, failed))
