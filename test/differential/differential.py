@@ -78,9 +78,14 @@ managed/differences.list); the program does not generate them:
     sweeper serves the test's databases; the managed edition's recorder is dblink's foreign
     server idempo_conflicts), and the managed edition without dblink would not.
 
+SCENARIOS: short fixed sequences that each showed a difference once; they run before the random
+runs, and where one fails the random runs keep away from what it shows (--without), so that they
+look for other differences.
+
 Usage: differential.py --host SOCKETDIR --port-c PORT --port-m PORT [--seed N] [--steps N]
        [--runs N] [--targets LIST] [--budget SECONDS] [--scenario NAME|all|none] [--keep-going]
-test/differential/run sets up the servers and calls it.
+       [--without LIST] [--stats] [--print-sequence]
+test/differential/run sets up the servers and calls it (docs/internals.md, "The differential test").
 """
 import argparse
 import json
