@@ -1400,7 +1400,7 @@ class Runner:
         # transaction rolls back, which records it within a moment: look again before calling
         # it a difference (a bounded wait for the rows, not for a time)
         tries = 0
-        while diffs and settle and tries < 40:
+        while diffs and settle and tries < 100:
             time.sleep(0.05)
             tries += 1
             states = self.on_each(lambda t: t.state())
@@ -1810,7 +1810,7 @@ def check_servers(host, port_c, port_m, c_dbs):
         return wrong
     conn = connect(host, port_c, c_dbs[0], 'differential check')
     served = None
-    for _ in range(600):            # the launcher starts a sweeper for a new database soon
+    for _ in range(1200):           # the launcher starts a sweeper for a new database soon
         served = sorted(r[0] for r in conn.execute(
             "SELECT d.datname FROM idempo.workers() w JOIN pg_database d ON d.oid = w.database_id "
             "WHERE w.kind = 'sweeper'").fetchall())
