@@ -1086,9 +1086,9 @@ def simple_sql(s):
 
 
 def reference_scope_arg(scope):
-    """An empty batch decides nothing, but its scope argument is checked as every call's is
-    (NULL, empty or only whitespace -- space and \\t to \\r, src/keys.c --, over 128 bytes),
-    before the keys (which would check that the scope exists)."""
+    """A batch call's scope argument is checked first, as every call's is (NULL, empty or only
+    whitespace -- space and \\t to \\r, src/keys.c --, over 128 bytes), before its arrays and
+    keys; an empty batch decides nothing else (not even whether the scope exists)."""
     if scope is None:
         raise StepError('22004', 'reference: scope must not be NULL')
     if all(ch == ' ' or '\t' <= ch <= '\r' for ch in scope):
@@ -1143,13 +1143,13 @@ class Runner:
     def reference_batch(self, t, sess, s):
         keys = s['keys']
         n = len(keys)
+        reference_scope_arg(s['scope'])        # the scope argument first, as every batch call
         for name in ('params', 'intents'):
             if s.get(name) is not None and len(s[name]) != n:
                 raise StepError('22023', 'reference: %s has another length than keys' % name)
         if any(k is None for k in keys):
             raise StepError('22004', 'reference: a NULL key')
         if n == 0:
-            reference_scope_arg(s['scope'])
             return [], []
         # each key checked and in its stored form, in input order, before anything is claimed
         _, rows = sess.execute('SELECT idempo.stored_key(%s, k) FROM unnest(%s) WITH ORDINALITY AS u(k, i) ORDER BY i'
@@ -1200,6 +1200,7 @@ class Runner:
     def reference_finish_batch(self, t, sess, s):
         keys = s['keys']
         n = len(keys)
+        reference_scope_arg(s['scope'])
         names = ('attempts', 'results', 'target_refs') if s['op'] == 'complete_batch' else ('attempts', 'errors')
         for name in names:
             if s.get(name) is not None and len(s[name]) != n:
@@ -1207,7 +1208,6 @@ class Runner:
         if any(k is None for k in keys):
             raise StepError('22004', 'reference: a NULL key')
         if n == 0:
-            reference_scope_arg(s['scope'])
             return [], []
         _, rows = sess.execute('SELECT idempo.stored_key(%s, k) FROM unnest(%s) WITH ORDINALITY AS u(k, i) ORDER BY i'
                                % (q(s['scope']), qarr(keys, 'text')), note='the reference: stored keys')
