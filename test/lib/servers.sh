@@ -52,6 +52,16 @@ debian_source_of() {
   esac
 }
 
+# When Debian has neither a build nor a source package for the major (pg_cron for 19: its pg-cron
+# source answers 404 on the mirror), an upstream snapshot in the vendor directory (find_vendor_dir)
+# that supports it: the tarball's name pattern for each such package, none for anything else.
+vendored_source_of() {
+  case "$1" in
+    postgresql-19-cron) echo 'pg_cron-main-*.tar.gz' ;;
+    *) return 1 ;;
+  esac
+}
+
 host_release() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-unknown}"); }
 
 # True when the host's own release packages the major (no chroot needed).
@@ -115,11 +125,22 @@ ensure_chroot() {
   # on a mirror that is a snapshot
   printf '%s\n' 'APT::Install-Recommends "false";' 'Dpkg::Options { "--force-confold"; "--force-unsafe-io"; };' \
     'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/90idempo"
-  local base
+  local base p pat vendor tarball vendored=
   read -r -a base <<<"$(chroot_base_packages "$m")"
+  # the vendored tarballs the chroot may need, checked against the vendor's SHA256SUMS here and
+  # copied in (the install script runs before any vendor directory is bound)
+  for p in "${base[@]}"; do
+    pat=$(vendored_source_of "$p") || continue
+    vendor=$(find_vendor_dir) || continue
+    tarball=$(cd "$vendor" && compgen -G "$pat" | sort | tail -1) || continue
+    (cd "$vendor" && grep " $tarball\$" SHA256SUMS | sha256sum --quiet -c -) >/dev/null 2>&1 ||
+      { log "$vendor/$tarball does not match $vendor/SHA256SUMS: not used"; continue; }
+    mkdir -p "$dir/usr/src/idempo-vendor" && cp -f "$vendor/$tarball" "$dir/usr/src/idempo-vendor/" &&
+      vendored+="$p=/usr/src/idempo-vendor/$tarball "
+  done
   in_chroot "$m" MAJOR="$m" RELEASE="$rel" SUITE="$(debootstrap_suite_of "$rel")" \
     MIRROR="$DEBIAN_MIRROR" SOURCES="$(for p in "${base[@]}"; do
-      s=$(debian_source_of "$p") && printf '%s=%s ' "$p" "$s"; done)" \
+      s=$(debian_source_of "$p") && printf '%s=%s ' "$p" "$s"; done)" VENDORED="$vendored" \
     bash -c "$CHROOT_INSTALL_SCRIPT" _ "${base[@]}"
 }
 
@@ -127,7 +148,8 @@ ensure_chroot() {
 # SUITE, MIRROR, SOURCES in the environment).  It installs the missing ones (for 19 its own
 # packages come from experimental: apt_pin_of).  A package the archive lacks (no candidate) is
 # built from its Debian source package (SOURCES: package=source) against the major's pg_config
-# and installed with make; the build is marked in /var/lib/idempo/from-source/PACKAGE (a warm
+# and installed with make, or where that cannot be fetched, from a vendored upstream tarball
+# (VENDORED: package=tarball, already checked); the build is marked in /var/lib/idempo/from-source/PACKAGE (a warm
 # run does not rebuild), and when it cannot be had, /var/lib/idempo/unavailable/PACKAGE says why
 # (the suite that needs it is then skipped with that reason: ensure_pg_extension; tried again a
 # day later).  Exits non-zero only when an available package failed to install.
@@ -150,9 +172,12 @@ if [[ $was == *"~"* ]] && [ -z "$(find "$state/prerelease-checked" -mmin -1440 2
   fi
 fi
 missing=(); for p in "$@"; do
-  # built from source, or found unavailable less than a day ago (retried after that)
+  # built from source, or found unavailable less than a day ago (retried after that, or as soon
+  # as a vendored tarball that was not tried is there)
   [ -f "$state/from-source/$p" ] && continue
-  [ -n "$(find "$state/unavailable/$p" -mmin -1440 2>/dev/null)" ] && continue
+  vt=; for pv in $VENDORED; do [ "${pv%%=*}" = "$p" ] && vt=${pv#*=}; done
+  [ -n "$(find "$state/unavailable/$p" -mmin -1440 2>/dev/null)" ] &&
+    { [ -z "$vt" ] || grep -qF "${vt##*/}" "$state/unavailable/$p"; } && continue
   dpkg-query -W -f="\${Status}" "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && exit 0
 apt-get update -qq >/dev/null || exit 1
@@ -191,9 +216,18 @@ for p in "${absent[@]}"; do
     dir=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -1)
     what="$what (its upstream tarball ${orig##*/} only: the mirror had no .dsc, Debian changes not applied)"
   fi
+  # nothing from Debian: the vendored upstream snapshot, if there is one (checked on the host)
+  vt=; for pv in $VENDORED; do [ "${pv%%=*}" = "$p" ] && vt=${pv#*=}; done
+  if [ -z "$dir" ] && [ -n "$vt" ]; then
+    fetched=$(grep -m1 "^E:" "$log" | sed -E "s/^E: //; s|https?://[^ ]*/||; s/ *\[IP[^]]*\]//; s/  +/ /g" | cut -c1-80)
+    if tar -C "$build" -xzf "$vt" >>"$log" 2>&1; then
+      dir=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -1)
+      what="the vendored upstream snapshot ${vt##*/} ($what could not be fetched: $fetched)"
+    fi
+  fi
   if [ -z "$dir" ]; then
     echo "no package $p in $where, and $what could not be fetched: $(grep -m1 "^E:" "$log" |
-      sed -E "s/^E: //; s|https?://[^ ]*/||; s/ *\[IP[^]]*\]//; s/  +/ /g" | cut -c1-120)" >"$state/unavailable/$p"
+      sed -E "s/^E: //; s|https?://[^ ]*/||; s/ *\[IP[^]]*\]//; s/  +/ /g" | cut -c1-120)${vt:+ (nor unpacked: ${vt##*/})}" >"$state/unavailable/$p"
     cat "$state/unavailable/$p" >&2; continue
   fi
   pgc=/usr/lib/postgresql/$MAJOR/bin/pg_config
