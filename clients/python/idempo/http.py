@@ -112,11 +112,13 @@ class Reply:
         return next((v for n, v in self.headers if n == name), None)
 
 
-def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = PROBLEM_TYPE_BASE,
+def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank',
             extra: Optional[dict] = None) -> Reply:
-    """RFC 9457 problem details, as the draft's examples use: type docs#slug, and slug again as
-    code; extra: extension members.  The titles are docs/http-contract.md's, the Node middleware's."""
-    body = json.dumps({'type': f'{docs or PROBLEM_TYPE_BASE}#{slug}', 'title': title,
+    """RFC 9457 problem details, as the draft's examples use: type docs#slug (about:blank: an
+    app's own problem with no page), and slug again as code; extra: extension members.  The
+    middleware's own pass route.docs (PROBLEM_TYPE_BASE by default) and the titles of
+    docs/http-contract.md, the Node middleware's."""
+    body = json.dumps({'type': f'{docs}#{slug}' if docs != 'about:blank' else docs, 'title': title,
                        'status': status, 'detail': detail, 'code': slug, **(extra or {})}).encode()
     return Reply(status, [('content-type', 'application/problem+json'), *headers], body)
 
