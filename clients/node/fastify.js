@@ -20,7 +20,9 @@ const WRAPPED = Symbol('idempo.handlerWrapped');
 function sendAnswer(reply, answer) {
   reply.code(answer.status);
   for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
-  return reply.send(answer.body);
+  // as bytes: Fastify adds "; charset=utf-8" to the content-type of a string (a problem's
+  // application/problem+json, a replayed application/json), and a replay is the original's bytes
+  return reply.send(Buffer.isBuffer(answer.body) ? answer.body : Buffer.from(answer.body, 'utf8'));
 }
 
 async function idempoPlugin(fastify, defaults) {

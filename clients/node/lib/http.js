@@ -35,18 +35,20 @@ class Refusal extends Error {
   }
 }
 
-// extra: extension members
+// RFC 9457 problem details: type typeBase#slug, and slug again as code (a client can test
+// either); extra: extension members.  The titles are docs/http-contract.md's, the Python
+// middleware's.
 function problem(status, slug, title, detail, headers = {}, typeBase = DEFAULT_TYPE_BASE, extra = {}) {
   return {
     status,
     headers: { 'content-type': 'application/problem+json', ...headers },
-    body: JSON.stringify({ type: `${typeBase ?? DEFAULT_TYPE_BASE}#${slug}`, title, status, detail, ...extra }),
+    body: JSON.stringify({ type: `${typeBase ?? DEFAULT_TYPE_BASE}#${slug}`, title, status, detail, code: slug, ...extra }),
   };
 }
 
 // The header's value(s) -> the key.  Bare (Stripe) or a Structured Field String (the draft).
 function parseHeaderKey(values, header, typeBase) {
-  const malformed = (why) => new Refusal(problem(400, 'malformed-key', `Malformed ${header}`, why, {}, typeBase));
+  const malformed = (why) => new Refusal(problem(400, 'malformed-key', 'Malformed idempotency key', why, {}, typeBase));
   if (values === undefined || values === null || (Array.isArray(values) && values.length === 0)) return undefined;
   // Two headers arrive as two values, or joined by ", " (a proxy, HTTP's own rule for repeated
   // fields): so a comma outside a quoted string means two keys, refused alike (as Python does).

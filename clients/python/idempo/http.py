@@ -28,6 +28,7 @@ failed retryable whatever on_error says.
 from __future__ import annotations
 
 import base64
+import math
 import hashlib
 import json
 import re
@@ -38,6 +39,9 @@ from . import _flow as F
 from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
 
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
+# The problem details' type is this base + '#' + the problem's code (Route.docs replaces the base:
+# your page of docs/http-contract.md).  The Node middleware's default is the same.
+PROBLEM_TYPE_BASE = 'https://idempo.dev/problems'
 MAX_BODY_BYTES = 1 << 20                # the middlewares' default max_body (larger: 413)
 # Arrays and objects nested deeper in a JSON body are refused (400 json-too-deep) before anything
 # parses it: json.loads raised RecursionError (a 500) at about 1,000 levels, 2 KB of '['.  64 is
@@ -110,7 +114,10 @@ class Reply:
 
 def problem(status: int, slug: str, title: str, detail: str, headers=(), docs: str = 'about:blank',
             extra: Optional[dict] = None) -> Reply:
-    """RFC 9457 problem details, as the draft's examples use; extra: extension members."""
+    """RFC 9457 problem details, as the draft's examples use: type docs#slug (about:blank: an
+    app's own problem with no page), and slug again as code; extra: extension members.  The
+    middleware's own pass route.docs (PROBLEM_TYPE_BASE by default) and the titles of
+    docs/http-contract.md, the Node middleware's."""
     body = json.dumps({'type': f'{docs}#{slug}' if docs != 'about:blank' else docs, 'title': title,
                        'status': status, 'detail': detail, 'code': slug, **(extra or {})}).encode()
     return Reply(status, [('content-type', 'application/problem+json'), *headers], body)
@@ -161,7 +168,8 @@ class Route:
                  Either way a request refused before its view ran (Context.started is False:
                  Django's CSRF check, Flask's before_request) is failed retryable
     lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
-    retry_after  seconds in Retry-After of a busy 409
+    retry_after  seconds in Retry-After of a 503, and of a busy 409 whose lease is not known (the
+                 first request's claim not committed yet); a busy 409 with a lease: its seconds left
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
                  default PER_CLIENT headers (Set-Cookie, Authorization...) are sent to the client
                  that made the request but neither stored nor replayed
@@ -177,7 +185,7 @@ class Route:
     on_error: str = 'doubt'
     lease: Any = None
     retry_after: int = 1
-    docs: str = 'about:blank'
+    docs: str = PROBLEM_TYPE_BASE
     keep_headers: Sequence[str] = ()
 
     def __post_init__(self):
@@ -219,7 +227,7 @@ VISIBLE_ASCII = re.compile(r'[\x21-\x7e]+')       # no space, no control charact
 
 
 def _malformed(route, why):
-    return Refusal(problem(400, 'malformed-key', 'Malformed Idempotency-Key', why, docs=route.docs))
+    return Refusal(problem(400, 'malformed-key', 'Malformed idempotency key', why, docs=route.docs))
 
 
 def _split_list(value: str) -> List[str]:
@@ -241,7 +249,7 @@ def _split_list(value: str) -> List[str]:
 
 def parse_key_header(route: Route, values: List[str]) -> str:
     if not values:
-        raise Refusal(problem(400, 'missing-key', f'{route.key_header} is missing',
+        raise Refusal(problem(400, 'missing-key', 'Idempotency key is missing',
                               f'This operation requires an {route.key_header} header: a new unique value '
                               '(a UUID) per operation, the same value when retrying it.', docs=route.docs))
     # Two headers arrive as two values (ASGI) or joined by ", " (WSGI, and HTTP's own rule for
@@ -272,7 +280,7 @@ def key_part(value: str) -> str:
 
 def key_from_fields(route: Route, info: RequestInfo) -> str:
     if not isinstance(info.json, dict):
-        raise Refusal(problem(400, 'missing-key', 'The key fields are missing',
+        raise Refusal(problem(400, 'missing-key', 'Idempotency key is missing',
                               f'Send a JSON object with {", ".join(route.key_fields)}.', docs=route.docs))
     parts = []
     for path in route.key_fields:
@@ -280,8 +288,8 @@ def key_from_fields(route: Route, info: RequestInfo) -> str:
         for name in path.split('.'):
             value = value.get(name) if isinstance(value, dict) else None
         if value is None or isinstance(value, (dict, list)) or value == '':
-            raise Refusal(problem(400, 'missing-key', f'The key field {path} is missing',
-                                  f'Send {", ".join(route.key_fields)} (strings or numbers).', docs=route.docs))
+            raise Refusal(problem(400, 'missing-key', 'Idempotency key is missing',
+                                  f'The key field {path} is missing: send {", ".join(route.key_fields)} (strings or numbers).', docs=route.docs))
         parts.append(key_part(json.dumps(value) if not isinstance(value, str) else value))
     return '/'.join(parts)
 
@@ -334,17 +342,34 @@ def key_of(route: Route, info: RequestInfo) -> str:
 
 # The fingerprint covers method, path (with the query) and body.  A JSON body goes in as its raw
 # text for PostgreSQL to parse, so key order, whitespace and 1 vs 1.0 do not matter and numbers
-# keep every digit; any other body as its media type and SHA-256 (jsonb cannot hold bytes).
-PARAMS_SQL = ("jsonb_build_object('method', %s::text, 'path', %s::text, 'json', %s::jsonb, "
-              "'media_type', %s::text, 'sha256', %s::text)")
+# keep every digit; any other body as its media type and SHA-256 (jsonb cannot hold bytes).  Only
+# the members a request has: {"method", "path"} and "json", or "media_type" and "sha256", the
+# object the Node middleware builds (a member set to null is another fingerprint: a retry sent to
+# a service in the other language would be answered 422).
+PARAMS_SQL = "jsonb_build_object('method', %s::text, 'path', %s::text)"
+PARAMS_SQL_JSON = "jsonb_build_object('method', %s::text, 'path', %s::text, 'json', %s::jsonb)"
+PARAMS_SQL_BYTES = "jsonb_build_object('method', %s::text, 'path', %s::text, 'media_type', %s::text, 'sha256', %s::text)"
+
+
+def params_sql(info: RequestInfo) -> str:
+    return PARAMS_SQL_JSON if info.is_json else PARAMS_SQL if not info.body else PARAMS_SQL_BYTES
 
 
 def params_args(info: RequestInfo) -> tuple:
     if info.is_json:
-        return (info.method, info.path, info.body.decode('utf-8'), None, None)
+        return (info.method, info.path, info.body.decode('utf-8'))
     if not info.body:
-        return (info.method, info.path, None, None, None)
-    return (info.method, info.path, None, info.media_type, hashlib.sha256(info.body).hexdigest())
+        return (info.method, info.path)
+    return (info.method, info.path, info.media_type, hashlib.sha256(info.body).hexdigest())
+
+
+def busy_retry_after(route: Route, claim: Claim) -> int:
+    """Retry-After of a busy 409: the seconds left on the lease, rounded up, at least 1 (a retry
+    sooner is answered 409 again; docs/http-contract.md), by idempo's clock; route.retry_after
+    when no lease is known (the first request's claim is not committed yet)."""
+    if claim.lease_expires_at is None:
+        return route.retry_after
+    return max(1, math.ceil(claim.retry_after(1.0)))
 
 
 def answer_for(route: Route, claim: Claim) -> Reply:
@@ -353,19 +378,20 @@ def answer_for(route: Route, claim: Claim) -> Reply:
         if Reply.is_stored(claim.result):
             return Reply.from_stored(claim.result)
         # settled by a person or a verifier (resolve, verify) with no reply to replay: what is known
-        return problem(409, 'settled-without-reply', 'This Idempotency-Key was settled outside this API',
+        return problem(409, 'settled-without-reply', 'This idempotency key was settled outside this API',
                        'Its outcome was recorded by a person or a verifier, with no reply to replay; do not retry '
                        'it under a new key.', docs=route.docs,
                        extra={'operation_status': claim.status.value if claim.status else None,
                               'target_ref': claim.target_ref})
     if claim.outcome is Outcome.BUSY:
-        return problem(409, 'key-in-use', 'A request with this Idempotency-Key is being processed',
-                       'Retry later with the same key.', [('retry-after', str(route.retry_after))], docs=route.docs)
+        return problem(409, 'key-in-use', 'A request with this idempotency key is being processed',
+                       'Retry later with the same key.', [('retry-after', str(busy_retry_after(route, claim)))],
+                       docs=route.docs)
     if claim.outcome is Outcome.CONFLICT:
-        return problem(422, 'key-reused', 'This Idempotency-Key was used for a different request',
+        return problem(422, 'key-reused', 'This idempotency key was used for a different request',
                        'The key was first used with another method, path or body. Use a new key for a new '
                        'operation.', docs=route.docs)
-    return problem(409, 'key-in-review', 'The request with this Idempotency-Key needs attention',
+    return problem(409, 'key-in-review', 'The request with this idempotency key needs attention',
                    f'Its outcome is {claim.outcome.value}; do not retry it under a new key, contact support.',
                    docs=route.docs)
 
@@ -412,8 +438,8 @@ def _invalid_json(err) -> bool:
 
 def _claim(route, info, key):
     try:
-        return (yield from F.claim_flow(route.scope, key, params_sql=PARAMS_SQL, params_args=params_args(info),
-                                        wait=False, lease=route.lease, fast=True))
+        return (yield from F.claim_flow(route.scope, key, params_sql=params_sql(info), params_args=params_args(info),
+                                        wait=False, lease=route.lease, fast=True, now=True))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
         if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):

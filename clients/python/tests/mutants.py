@@ -219,6 +219,19 @@ MUTANTS = [
      'replayed as a reply: Reply.from_stored raises, a 500 on every retry',
      'idempo/http.py', "        if Reply.is_stored(claim.result):\n", "        if True:\n",
      'tests/test_http.py::test_settled_by_a_person_without_a_reply_409_with_what_is_known'),
+    # the shared HTTP contract (clients/http-vectors.json, docs/http-contract.md)
+    ('busy-retry-after-fixed', "a busy 409's Retry-After is always 1, not the seconds left on the lease (the Node "
+     'middleware gives the lease)',
+     'idempo/http.py', "    if claim.lease_expires_at is None:\n        return route.retry_after",
+     "    if True:\n        return route.retry_after", "tests/test_http_vectors.py -k lease"),
+    ('fingerprint-null-members', 'a request without a body is fingerprinted with a "json": null member that the Node '
+     'middleware leaves out: the retry sent to a Node service is answered 422',
+     'idempo/http.py', "PARAMS_SQL = \"jsonb_build_object('method', %s::text, 'path', %s::text)\"",
+     "PARAMS_SQL = \"jsonb_build_object('method', %s::text, 'path', %s::text, 'json', NULL::jsonb)\"",
+     "tests/test_http_vectors.py -k no_body"),
+    ('problem-type-blank', "the problems' type is about:blank#..., not the contract's type (the Node middleware's)",
+     'idempo/http.py', "PROBLEM_TYPE_BASE = 'https://idempo.dev/problems'", "PROBLEM_TYPE_BASE = 'about:blank'",
+     "tests/test_http_vectors.py -k no_key"),
     ('no-editable', 'the build backend has no PEP 660 hook: pip install -e ./clients/python is refused',
      'build_backend.py', "def build_editable(", "def _build_editable(",
      'tests/test_install.py::test_an_editable_install_runs_the_clone'),
@@ -238,6 +251,7 @@ def main(selected):
             shutil.copytree(here, copy, ignore=shutil.ignore_patterns('__pycache__'))
             shutil.copy(os.path.join(here, '..', '..', 'idempo.control'), work)
             shutil.copy(os.path.join(here, '..', 'key-vectors.json'), os.path.join(work, 'clients'))
+            shutil.copy(os.path.join(here, '..', 'http-vectors.json'), os.path.join(work, 'clients'))
             # the schema and docs the tests read, where they look for them
             os.makedirs(os.path.join(work, 'test', 'examples', 'http'))
             shutil.copy(os.path.join(here, '..', '..', 'test', 'examples', 'http', 'schema.sql'),

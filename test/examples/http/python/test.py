@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg
 
-from idempo.http import PARAMS_SQL, RequestInfo, params_args
+from idempo.http import RequestInfo, params_args, params_sql
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 results = {'passed': 0, 'failed': 0}
@@ -377,7 +377,7 @@ def main():
             is_json = media_type == 'application/json'
             request = RequestInfo('POST', '/x', [], body.encode(), media_type, json.loads(body) if is_json else None,
                                   is_json)
-            return one(f"SELECT encode(idempo.fingerprint({PARAMS_SQL}), 'hex')", params_args(request))
+            return one(f"SELECT encode(idempo.fingerprint({params_sql(request)}), 'hex')", params_args(request))
         assert fingerprint('{"a":1,"b":[1,2]}', 'application/json') == \
             fingerprint('{ "b": [1, 2.0], "a": 1.00 }', 'application/json')
         assert fingerprint('{"n":0.10000000000000000001}', 'application/json') != \
