@@ -41,9 +41,10 @@
  *	  claim answers 'unknown' and takes it in turn.  Nothing needs sweeping
  *	  when it runs out.  A caller that cannot verify (verify_unknown =>
  *	  false: an HTTP retry) answers 'unknown' without taking it and without
- *	  writing, so that a client retrying does not lock the verifier out.  With the SQL objects of 0.1.0/0.2.0 (whose
- *	  check_consistency() knows leases only on in_progress records) every
- *	  claim answers 'unknown' as before, until ALTER EXTENSION UPDATE.
+ *	  writing, so that a client retrying does not lock the verifier out.
+ *	  With the SQL objects of 0.1.0/0.2.0 (whose check_consistency() knows
+ *	  leases only on in_progress records) every claim answers 'unknown' as
+ *	  before, until ALTER EXTENSION UPDATE.
  *
  * No lock outlives these statements but the row's own, so a transaction can
  * claim any number of keys.  Every time is computed here and passed as a
