@@ -61,9 +61,11 @@ for (const framework of ['express', 'fastify']) {
                         SELECT idempo.create_scope($2);
                         SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5);
                         SELECT idempo.create_scope($4, lease => '3 seconds');
-                        SELECT idempo.create_scope($5, lease => '1 second')`
+                        SELECT idempo.create_scope($5, lease => '1 second');
+                        SELECT idempo.create_scope($6, lease => '1 second', verify_settle => '1 millisecond')`
         .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`)
-        .replace(/\$4/, `'${prefix}.charges'`).replace(/\$5/, `'${prefix}.looked-up'`));
+        .replace(/\$4/, `'${prefix}.charges'`).replace(/\$5/, `'${prefix}.looked-up'`)
+        .replace(/\$6/, `'${prefix}.looked-up-settled'`));
       service = await startService(framework, prefix);
     });
     after(() => { service.child.kill(); });
@@ -367,6 +369,19 @@ for (const framework of ['express', 'fastify']) {
       assert.equal(await statusOf(scope, n), 'unknown');
       assert.equal(await one(pool, 'SELECT lease_expires_at IS NULL FROM idempo.lookup($1, $2)', [scope, n]), true);
       assert.equal(plain.state.actions.get(`${scope}/${n}`), undefined);
+    });
+
+    test('options.lookup: nothing found once verify_settle has passed, the retry runs as the next attempt', async () => {
+      const scope = `${prefix}.looked-up-settled`;
+      const k = newKey();
+      plain.state.failNext = 1;                                      // a 503 before anything is charged
+      assert.equal((await post('/charges-looked-up-settled', { amount_cents: 900 }, k)).status, 502);
+      await waitFor('the lease to run out', async () => (await one(pool,
+        "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)", [scope, k])) === true);
+      const retry = await post('/charges-looked-up-settled', { amount_cents: 900 }, k);
+      assert.equal(retry.status, 201, retry.body);
+      assert.equal(await one(pool, 'SELECT attempt FROM idempo.lookup($1, $2)', [scope, k]), 2);
+      assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);
     });
 
     test('the service killed (kill -9) mid-call: 409 until the lease runs out, then the retry runs as the next attempt', async () => {

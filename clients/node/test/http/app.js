@@ -15,6 +15,7 @@
 //                         body's fault; a lost reply answers 502 and the attempt keeps its lease
 //   POST /charges-looked-up   the same, with options.lookup (the provider's GET /charges): a
 //                         retry that meets unknown looks the charge up and verifies
+//   POST /charges-looked-up-settled   the same in a scope whose verify_settle is 1 ms
 const { Pool } = require('pg');
 const http = require('node:http');
 const { Idempo } = require('idempo');
@@ -120,6 +121,8 @@ function lookUpCharge({ scope, key }) {
   });
 }
 const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge };
+// the same in a scope whose verify_settle is 1 ms: nothing found is believed at once
+const chargesSettled = { scope: `${prefix}.looked-up-settled`, mode: 'lease', lookup: lookUpCharge };
 
 async function express() {
   const expressLib = require('express');
@@ -138,6 +141,7 @@ async function express() {
   app.post('/payments', idempotency(idem, payments), handle(pay));
   app.post('/charges', idempotency(idem, charges), handle(chargeOnly));
   app.post('/charges-looked-up', idempotency(idem, chargesLookedUp), handle(chargeOnly));
+  app.post('/charges-looked-up-settled', idempotency(idem, chargesSettled), handle(chargeOnly));
   // errors: problem details, and nothing of the error's text
   app.use((err, req, res, next) => {     // eslint-disable-line no-unused-vars
     res.status(err.status ?? err.statusCode ?? 500).json({ title: 'error', status: err.status ?? 500 });
@@ -166,6 +170,7 @@ async function fastify() {
   app.post('/payments', { config: { idempotency: payments } }, handle(pay));
   app.post('/charges', { config: { idempotency: charges } }, handle(chargeOnly));
   app.post('/charges-looked-up', { config: { idempotency: chargesLookedUp } }, handle(chargeOnly));
+  app.post('/charges-looked-up-settled', { config: { idempotency: chargesSettled } }, handle(chargeOnly));
   await app.listen({ port: 0, host: '127.0.0.1' });
   return app.server.address().port;
 }
