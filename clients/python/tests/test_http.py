@@ -718,6 +718,46 @@ def test_a_route_lookup_settles_an_unknown_key_on_the_retry(dbname, db, scope):
     assert charges == [f'{s}/pay-1'] * 2
 
 
+def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, scope):
+    """The same under ASGI, with an async lookup: the retry that meets unknown awaits it and
+    answers the reply it found."""
+    import asyncio
+    from idempo.asgi import IdempotencyMiddleware, connect
+    from idempo.http import Reply, Route
+    s = scope()
+    calls, provider = [], {}
+
+    async def lookup(provider_key):
+        found = provider.get(provider_key)
+        return None if found is None else Reply(200, [('content-type', 'application/json')], found)
+
+    async def app(asgi_scope, receive, send):
+        calls.append(asgi_scope['state']['idempo'].provider_key if 'state' in asgi_scope else None)
+        raise ConnectionResetError('the connection closed before the reply')
+    mw = IdempotencyMiddleware(app, routes={'/pay': Route(s, calls_out=True, lease='1 second', lookup=lookup)},
+                               connection=connect(dbname=dbname))
+
+    def post(key):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
+                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
+        asyncio.run(mw(asgi_scope, receive, send))
+        return sent[0]['status'], b''.join(m.get('body', b'') for m in sent[1:])
+
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    provider[f'{s}/pay-1'] = b'{"charged": "as found"}'
+    _until_unknown(db, s, 'pay-1')
+    assert post('pay-1') == (200, b'{"charged": "as found"}')
+    assert status_of(db, s, 'pay-1') == 'succeeded' and len(calls) == 1
+
+
 def test_tenant_and_key_cannot_be_shifted_into_each_other():
     # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
     # same idempo key would replay one client's reply to the other
