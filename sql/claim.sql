@@ -216,7 +216,12 @@ SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}');
 SELECT outcome, status FROM idempo.claim('ship', 'order-22', '{"x":1}', wait => false);
 SET idempo.clock_offset = '16min';
 SELECT idempo.claim('ship', 'order-22', '{"x":1}');
+-- a caller that cannot verify (verify_unknown => false) takes no lease, so writes nothing: it is
+-- answered unknown, read-only too
+SELECT outcome, status, lease_expires_at > idempo.now() AS leased FROM idempo.claim('ship', 'order-22', '{"x":1}', verify_unknown => false);
 RESET default_transaction_read_only;
+SELECT outcome, status, lease_expires_at > idempo.now() AS leased FROM idempo.claim('ship', 'order-22', '{"x":1}', verify_unknown => false);
+SELECT regress.err($$SELECT idempo.claim('ship', 'order-22', '{"x":1}', verify_unknown => NULL)$$);
 -- in one transaction the holder gets unknown again, once per column too
 BEGIN;
 SELECT outcome, status, attempt FROM (SELECT (idempo.claim('ship', 'order-22', '{"x":1}')).*) c;

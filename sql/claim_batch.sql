@@ -75,6 +75,13 @@ COMMIT;
 -- another caller: busy while the verification lease runs
 SELECT position, key, outcome, status FROM idempo.claim_batch('b', ARRAY['u-1']);
 RESET idempo.clock_offset;
+-- a batch alone takes it (claim_batch has no verify_unknown): a claim after it is busy
+SELECT outcome FROM idempo.claim('b', 'u-2');
+SET idempo.clock_offset = '2 minutes';
+SELECT position, key, outcome, status, lease_expires_at > idempo.now() AS leased
+FROM idempo.claim_batch('b', ARRAY['u-2']);
+SELECT outcome, status FROM idempo.claim('b', 'u-2');
+RESET idempo.clock_offset;
 
 -- hash_keys: the keys are stored as digests, ordered and compared as such; answers carry the
 -- clear key as given

@@ -18,7 +18,7 @@ CREATE ROLE regress_idempo_app_member IN ROLE regress_idempo_app;
 -- application
 GRANT USAGE ON SCHEMA idempo TO regress_idempo_app;
 GRANT EXECUTE ON FUNCTION
-    idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval),
+    idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval, boolean),
     idempo.complete(text, text, integer, jsonb, text),
     idempo.fail(text, text, integer, text, boolean),
     idempo.heartbeat(text, text, integer, interval),
@@ -101,7 +101,7 @@ SELECT regress.err(stmt) AS refused FROM (VALUES
 RESET ROLE;
 
 -- allowed_role: EXECUTE is not enough, the role must be a member
-GRANT EXECUTE ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval),
+GRANT EXECUTE ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval, boolean),
     idempo.complete(text, text, integer, jsonb, text), idempo.fail(text, text, integer, text, boolean),
     idempo.verify(text, text, integer, boolean, text, jsonb) TO regress_idempo_outsider;
 GRANT USAGE ON SCHEMA idempo TO regress_idempo_outsider;

@@ -39,9 +39,12 @@
  *	  'busy', as for a live attempt; verify(), a late complete/fail, review
  *	  or the retention running out end it, and once it has run out the next
  *	  claim answers 'unknown' and takes it in turn.  Nothing needs sweeping
- *	  when it runs out.  With the SQL objects of 0.1.0/0.2.0 (whose
- *	  check_consistency() knows leases only on in_progress records) every
- *	  claim answers 'unknown' as before, until ALTER EXTENSION UPDATE.
+ *	  when it runs out.  A caller that cannot verify (verify_unknown =>
+ *	  false: an HTTP retry) answers 'unknown' without taking it and without
+ *	  writing, so that a client retrying does not lock the verifier out.
+ *	  With the SQL objects of 0.1.0/0.2.0 (whose check_consistency() knows
+ *	  leases only on in_progress records) every claim answers 'unknown' as
+ *	  before, until ALTER EXTENSION UPDATE.
  *
  * No lock outlives these statements but the row's own, so a transaction can
  * claim any number of keys.  Every time is computed here and passed as a
@@ -81,6 +84,7 @@ typedef struct ClaimArgs
 	bool		wait;
 	bool		complete_on_commit;
 	Interval	lease;			/* the lease this claim takes: claim(..., lease) or the scope's */
+	bool		verify_unknown; /* false: an unknown outcome is answered without its verification lease */
 	bool		read_only;		/* a read-only transaction, a standby or a subscriber: answers only */
 	TimestampTz now;
 	Oid			user;
@@ -285,7 +289,8 @@ verify_lease_taken(const ClaimArgs *a, const OpRow *r)
 /*
  * An unknown record: 'busy' while another caller's verification lease is
  * live, else 'unknown', with the lease taken for this caller (*took: the
- * caller writes the record).
+ * caller writes the record) unless it cannot verify (verify_unknown =>
+ * false): then the lease stays free for a verifier and nothing is written.
  */
 static IdempoOutcome
 decide_unknown(const ClaimArgs *a, OpRow *r, bool *took)
@@ -295,6 +300,8 @@ decide_unknown(const ClaimArgs *a, OpRow *r, bool *took)
 		return OUTCOME_UNKNOWN;
 	if (!TIMESTAMP_IS_NOBEGIN(r->lease_expires_at) && r->lease_expires_at > a->now)
 		return verify_lease_mine(a, r) ? OUTCOME_UNKNOWN : OUTCOME_BUSY;
+	if (!a->verify_unknown)
+		return OUTCOME_UNKNOWN;
 	must_write(a, "its outcome is unknown, and the one caller who looks it up takes a verification lease on it");
 	r->lease_expires_at = idempo_time_plus(a->now, &a->lease);
 	*took = true;
@@ -833,7 +840,7 @@ idempo_claim_lock(bool wait)
 
 /*
  * idempo.claim(scope, key, params, fingerprint, run_id, intent_at, wait,
- *				complete_on_commit, lease) RETURNS idempo.claim_result
+ *				complete_on_commit, lease, verify_unknown) RETURNS idempo.claim_result
  */
 Datum
 idempo_claim(PG_FUNCTION_ARGS)
@@ -871,6 +878,8 @@ idempo_claim(PG_FUNCTION_ARGS)
 	a.wait = bool_arg(fcinfo, 6, "wait", &a);
 	a.complete_on_commit = bool_arg(fcinfo, 7, "complete_on_commit", &a);
 	lease_arg(fcinfo, 8, &a);
+	/* the SQL objects of 0.1.0/0.2.0 have no verify_unknown: every claim verifies */
+	a.verify_unknown = PG_NARGS() <= 9 || bool_arg(fcinfo, 9, "verify_unknown", &a);
 
 	/*
 	 * A run id passed by position lands in fingerprint; but fingerprint may
@@ -1015,6 +1024,7 @@ idempo_claim_new_record(OpRow *r, const IdempoScope *scope, TimestampTz now, Dat
 	a.params = params;
 	a.wait = true;
 	a.complete_on_commit = complete_on_commit;
+	a.verify_unknown = true;
 	row_new(r, &a, false);
 }
 

@@ -707,8 +707,8 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 	{
 		BatchElem  *e = order[i];
 		BatchElem  *first = e->first >= 0 ? &elems[e->first] : NULL;
-		Datum		args[8];
-		bool		argnulls[8];
+		Datum		args[10];
+		bool		argnulls[10];
 		bool		isnull;
 		Datum		answer;
 		MemoryContext old;
@@ -780,6 +780,10 @@ idempo_claim_batch(PG_FUNCTION_ARGS)
 		argnulls[6] = false;
 		args[7] = PG_GETARG_DATUM(6);	/* complete_on_commit */
 		argnulls[7] = false;
+		args[8] = (Datum) 0;	/* lease: the scope's */
+		argnulls[8] = true;
+		args[9] = BoolGetDatum(true);	/* verify_unknown: a batch's claim takes the verification lease */
+		argnulls[9] = false;
 
 		old = MemoryContextSwitchTo(elemcxt);
 		answer = batch_call(single, lengthof(args), args, argnulls, &isnull);

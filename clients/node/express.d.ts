@@ -1,5 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Idempo, Claim, Duration } from './index';
+import type { Idempo, Claim, Duration, CallContext } from './index';
+
+/** A reply options.lookup found, stored and answered as the handler's would have been. */
+export interface FoundReply {
+  status: number;
+  headers?: Record<string, string | string[]>;
+  body?: string | Buffer | unknown;
+}
 
 /** What an acquired request carries as req.idempotency. */
 export interface IdempotencyContext<H = any> {
@@ -44,6 +51,12 @@ export interface MiddlewareOptions<Req = any> {
   lease?: Duration;
   /** mode 'lease': the heartbeat (default true: every third of the lease). */
   heartbeat?: boolean | { everyMs?: number; extend?: Duration };
+  /** What the other system has for the key (null or undefined: nothing), as callOnce's lookup.
+   *  A retry that meets an unknown outcome takes the verification lease, looks it up and
+   *  verifies: a reply found ({status, headers?, body?}) is stored and answered; nothing found,
+   *  once the scope's verify_settle has passed, runs the request as the next attempt (before
+   *  that: 409 key-in-doubt).  Without it a retry is answered 409 and takes no lease. */
+  lookup?: (ctx: CallContext) => Promise<FoundReply | unknown | null | undefined>;
   /** The base of the problem types (RFC 9457) of the middleware's own answers. */
   problemTypeBase?: string;
 }

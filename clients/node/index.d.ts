@@ -67,6 +67,9 @@ export interface ClaimOptions {
   completeOnCommit?: boolean;
   /** Overrides the scope's lease for this attempt. */
   lease?: Duration;
+  /** false: this caller cannot look the action up; an unknown outcome is answered without
+   *  taking the verification lease (claim(verify_unknown => false)).  Default true. */
+  verifyUnknown?: boolean;
 }
 
 export interface OnceOptions extends Omit<ClaimOptions, 'wait' | 'completeOnCommit'> {

@@ -322,10 +322,10 @@ $$;
 
 -- claim.c's claim_locked() and decide_existing(): the decision for one key, writing what it
 -- changes.  p_mode: 'wait' (FOR UPDATE), 'nowait' (FOR UPDATE SKIP LOCKED), 'read' (read-only:
--- no lock, no write).
+-- no lock, no write).  p_verify: claim(..., verify_unknown).
 CREATE FUNCTION idempo.managed_decide(
     s idempo.scopes, k text, p_now timestamptz, p_fp bytea, p_params jsonb, p_run_id text,
-    p_intent_at timestamptz, p_on_commit boolean, p_mode text, p_may_hold boolean,
+    p_intent_at timestamptz, p_on_commit boolean, p_mode text, p_may_hold boolean, p_verify boolean,
     OUT outcome idempo.outcome, OUT o idempo.operations, OUT review_id bigint,
     OUT from_status idempo.status, OUT record_conflict boolean)
     LANGUAGE plpgsql AS $$
@@ -540,6 +540,9 @@ BEGIN
                        WHERE v.attempt = o.attempt AND v.lease_until = o.lease_expires_at) THEN
                 outcome := 'unknown';
             END IF;
+        ELSIF NOT p_verify THEN
+            -- a caller that cannot verify leaves the lease free for one that can, and writes nothing
+            outcome := 'unknown';
         ELSE
             PERFORM idempo.managed_must_write(ro, s.name, k, 'its outcome is unknown, and the one caller who looks it up takes a verification lease on it');
             o.lease_expires_at := idempo.managed_plus(p_now, s.lease);
@@ -549,7 +552,7 @@ BEGIN
         IF changed THEN
             PERFORM idempo.managed_write(o);
         END IF;
-        IF outcome = 'unknown' AND changed THEN
+        IF outcome = 'unknown' AND changed AND p_verify THEN   -- the lease taken here
             PERFORM idempo.managed_txn_note('verify', s.name, k, o.attempt, false, o.lease_expires_at, false);
         END IF;
         RETURN;
@@ -853,7 +856,8 @@ CREATE FUNCTION idempo.claim(
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
     complete_on_commit boolean     DEFAULT false,
-    lease              interval    DEFAULT NULL)
+    lease              interval    DEFAULT NULL,
+    verify_unknown     boolean     DEFAULT true)
     RETURNS idempo.claim_result
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -896,9 +900,10 @@ BEGIN
     s := idempo.managed_scope(claim.scope, claim.key, true);
     k := idempo.managed_key(s, claim.key);
     PERFORM idempo.managed_scope_current(s);
-    IF wait IS NULL OR complete_on_commit IS NULL THEN
+    IF wait IS NULL OR complete_on_commit IS NULL OR verify_unknown IS NULL THEN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
-            CASE WHEN wait IS NULL THEN 'wait' ELSE 'complete_on_commit' END, k, s.name
+            CASE WHEN wait IS NULL THEN 'wait' WHEN complete_on_commit IS NULL THEN 'complete_on_commit'
+                 ELSE 'verify_unknown' END, k, s.name
             USING ERRCODE = '22004', HINT = 'Pass true or false, or leave the argument out for its default.';
     END IF;
     -- claim(..., lease): the lease this claim takes instead of the scope's (claim.c: lease_arg);
@@ -949,9 +954,9 @@ BEGIN
     IF decided THEN
         NULL;
     ELSIF ro THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read', false);
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'read', false, verify_unknown);
     ELSIF wait THEN
-        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait', may_hold);
+        SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'wait', may_hold, verify_unknown);
     ELSE
         IF table_locked THEN
             RAISE EXCEPTION 'could not claim key "%" in scope "%" without waiting', k, s.name
@@ -969,7 +974,7 @@ BEGIN
             -- a claim_batch whose transaction had written nothing before it says so (batch.sql):
             -- the writes of its earlier elements hold no record of this key
             SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait',
-                may_hold AND current_setting('idempo.managed_batch_fresh', true) IS DISTINCT FROM 'on');
+                may_hold AND current_setting('idempo.managed_batch_fresh', true) IS DISTINCT FROM 'on', verify_unknown);
             PERFORM set_config('lock_timeout', old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             d := NULL;

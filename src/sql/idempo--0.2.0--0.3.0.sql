@@ -801,8 +801,9 @@ COMMENT ON FUNCTION idempo.version() IS 'The version of idempo''s installed SQL 
 REVOKE ALL ON FUNCTION idempo.version() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 
--- claim() gains lease (the lease this claim takes instead of the scope's), so it is dropped and
--- created again; an EXECUTE right granted on it was named with create_scope()'s above.
+-- claim() gains lease (the lease this claim takes instead of the scope's) and verify_unknown
+-- (false: a caller that cannot verify an unknown outcome leaves the verification lease free), so
+-- it is dropped and created again; an EXECUTE right granted on it was named with create_scope()'s above.
 DROP FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean);
 CREATE FUNCTION idempo.claim(
     scope              text,
@@ -813,11 +814,12 @@ CREATE FUNCTION idempo.claim(
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
     complete_on_commit boolean     DEFAULT false,
-    lease              interval    DEFAULT NULL)
+    lease              interval    DEFAULT NULL,
+    verify_unknown     boolean     DEFAULT true)
     RETURNS idempo.claim_result
     AS 'MODULE_PATHNAME', 'idempo_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempo.claim(text, text, jsonb, bytea, text, timestamptz, boolean, boolean, interval, boolean) FROM PUBLIC;
 
 -- heartbeat(): a running attempt extends its lease (src/heartbeat.c)
 -- Extends the lease of the running attempt (in_progress, its lease not yet run out) to now + extend

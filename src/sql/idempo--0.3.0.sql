@@ -224,7 +224,8 @@ CREATE FUNCTION idempo.claim(
     intent_at          timestamptz DEFAULT NULL,
     wait               boolean     DEFAULT true,
     complete_on_commit boolean     DEFAULT false,
-    lease              interval    DEFAULT NULL)
+    lease              interval    DEFAULT NULL,
+    verify_unknown     boolean     DEFAULT true)
     RETURNS idempo.claim_result
     AS 'MODULE_PATHNAME', 'idempo_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;

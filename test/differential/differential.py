@@ -26,7 +26,7 @@ Sequences: scopes created and altered with random options (hash_keys, require_fi
 fingerprint_ignore/include, store_params, audit, retention, lease, verify_settle, remember,
 on_lease_expiry, max_attempts, durability), claims of keys from a small pool (so that they
 repeat) with random params (NULL, near-equal documents, JSON null...), fingerprint, run_id,
-intent_at, wait, complete_on_commit and lease; batches with repeated keys and mixed params;
+intent_at, wait, complete_on_commit, lease and verify_unknown; batches with repeated keys and mixed params;
 complete, fail (retryable or not), complete_batch, fail_batch, heartbeat, verify, resolve,
 request_review, release, lookup, resolve_conflict, sweep, check_consistency; scope changes
 (alter_scope, disable_scope, enable_scope); moves of idempo's clock (idempo.clock_offset);
@@ -448,6 +448,8 @@ class Gen:
             s['intent'] = self.pick([5, 90, 1500, 12000, 50000])
         if self.chance(0.07):
             s['lease'] = self.pick(CLAIM_LEASES)
+        if self.chance(0.15):
+            s['no_verify'] = True          # verify_unknown => false: a caller that cannot verify
         if self.chance(0.03):
             # a fingerprint of one's own: a good one, a short one, or with params as well
             s['fingerprint'] = self.pick(['sha256:a', 'sha256:b', 'short'])
@@ -982,7 +984,8 @@ def claim_sql(s):
          ('intent_at', None if s.get('intent') is None else qintent(s['intent'])),
          ('wait', None if s.get('wait', True) else 'false'),
          ('complete_on_commit', 'true' if s.get('coc') else None),
-         ('lease', None if s.get('lease') is None else qi(s['lease']))])
+         ('lease', None if s.get('lease') is None else qi(s['lease'])),
+         ('verify_unknown', 'false' if s.get('no_verify') else None)])
 
 
 def batch_sql(s):

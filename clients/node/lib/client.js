@@ -269,7 +269,7 @@ class Idempo {
   }
 
   async _claim(scope, key, options, lean) {
-    const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease } = options;
+    const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease, verifyUnknown } = options;
     const { text, values } = call('idempo.claim', [
       ['scope', scope, null], ['key', key, null],
       ['params', params === undefined ? undefined : jsonText(params), 'jsonb'],
@@ -280,6 +280,9 @@ class Idempo {
       ['wait', wait, 'boolean'],
       ['complete_on_commit', completeOnCommit, 'boolean'],
       ['lease', lease === undefined ? undefined : intervalText(lease), 'interval'],
+      // false: a caller that cannot look the action up (the HTTP middleware's retry without a
+      // lookup) is answered unknown without taking the verification lease
+      ['verify_unknown', verifyUnknown === false ? false : undefined, 'boolean'],
     ]);
     const cacheKey = lean ? `lean:${text}` : text;
     let sql = claimTexts.get(cacheKey);
@@ -665,4 +668,4 @@ function replayOf(claim) {
   });
 }
 
-module.exports = { Idempo, Claim, Done, Outcome, Status, RawJson, rawJson, LIBRARY_VERSION, SUPPORTED_TEXT };
+module.exports = { Idempo, Claim, Done, Outcome, Status, RawJson, rawJson, LIBRARY_VERSION, SUPPORTED_TEXT, UNSETTLED };

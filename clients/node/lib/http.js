@@ -7,7 +7,12 @@
 //   again while the first is still running -> 409 + Retry-After (busy; the claim does not wait)
 //   the same key, another method/path/body -> 422 (conflict, recorded in idempo.conflicts)
 //   missing or malformed key               -> 400, no claim
-//   unknown, in_review, stale, expired     -> 409: nothing automatic may run it again
+//   unknown, in_review, stale, expired     -> 409: a person or a verifier decides (the claim takes
+//                                             no verification lease: claim(verify_unknown => false))
+//   unknown, with options.lookup           -> this request looks the action up and verifies: found,
+//                                             the reply it stores (or 409 settled-without-reply);
+//                                             not found, the request runs as the next attempt;
+//                                             too early to believe it, 409 key-in-doubt
 //   settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 // Which replies are stored is a rule (options.store; default: below 500 but for the 4xx that
 // refuse the request: 400, 401, 403, 408, 409, 415, 422, 425, 429): in mode 'transaction' a
@@ -18,7 +23,7 @@
 // deduplicates by the key the handler passes it, fails the attempt retryable and the retry calls
 // it again.  The same rule as idempo's Python middleware (Route(calls_out=True, on_error=...)).
 const crypto = require('node:crypto');
-const { rawJson, Outcome } = require('./client');
+const { rawJson, Outcome, UNSETTLED } = require('./client');
 const { sqlstateOf, isConnectionError } = require('./errors');
 
 const MAX_KEY_LENGTH = 255;
@@ -281,6 +286,30 @@ function answerFor(claimOrError, options) {
   }
 }
 
+// 409 key-in-doubt: options.lookup found nothing, too early to believe it (the scope's
+// verify_settle after the attempt's lease has not passed).  The Python middleware answers the same.
+function inDoubt(options, settlesAt) {
+  return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
+    'It was looked up and not found, too early to be sure that it did not happen; retry later with the same key.',
+    { 'retry-after': '1' }, options.problemTypeBase, { settles_at: settlesAt ? settlesAt.toISOString() : null });
+}
+
+// What options.lookup found, as verify records it: a reply ({status, headers, body}: body a
+// string, a Buffer or a JSON value) is stored as the middleware stores one, and replayed; any
+// other value is recorded as it is (answered 409 settled-without-reply).
+function foundResult(found, keepHeaders) {
+  if (found !== null && typeof found === 'object' && Number.isInteger(found.status)) {
+    const { status, headers = {}, body = '' } = found;
+    const buffer = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+    return storedReply(status, headers, buffer, keepHeaders);
+  }
+  return found;
+}
+
+// A retry that verified and found nothing claims again (the next attempt); a verify race claims
+// again too.  The last claim takes no verification lease: it is answered, not verified.
+const CLAIMS = 3;
+
 // The database could not be reached or the connection was lost before the request's outcome
 // committed: nothing is stored for the key (lost during COMMIT, nobody can tell; the retry with
 // the same key replays what did commit).  A 503 the client retries, never a 500.
@@ -346,11 +375,33 @@ class Exchange {
   // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
   async begin() {
     await this.idem.ensureVersion();
-    if (this.mode === 'lease') return this._beginLease();
+    for (let left = CLAIMS - 1; ; left -= 1) {
+      const verify = typeof this.options.lookup === 'function' && left > 0;
+      const begun = this.mode === 'lease' ? await this._beginLease(verify) : await this._beginTransaction(verify);
+      if (!begun.unknown) return begun;
+      const answer = await this._verifyUnknown(begun.unknown);
+      if (answer) return { answer };
+    }
+  }
+
+  // The claim answered unknown and this request holds the verification lease (options.lookup;
+  // the claim committed): look the action up and verify.  -> the answer, or null when the key
+  // is to be claimed again (not found and retryable now, or another verifier won the race).
+  async _verifyUnknown(claim) {
+    const keep = this.options.keepHeaders;
+    const settled = await this.idem._settle(this.scope, this.key, claim,
+      { lookup: this.options.lookup, record: (tx, found) => foundResult(found, keep) });
+    if (settled === null) return null;
+    if (settled === UNSETTLED) return inDoubt(this.options, (await this.idem._settleWindow(this.scope, this.key)).settlesAt);
+    return answerFor({ outcome: Outcome.REPLAY, status: settled.status, result: settled.result, targetRef: settled.targetRef },
+      this.options);
+  }
+
+  async _beginTransaction(verify) {
     const claimed = deferred();
     this.reply = deferred();
     this.txDone = this.idem.db.transaction(async (db) => {
-      const claim = await this._claim(db);
+      const claim = await this._claim(db, verify);
       claimed.resolve({ claim, db });
       if (claim.outcome !== Outcome.ACQUIRED) return null;
       return this._commitReply(db);
@@ -364,28 +415,34 @@ class Exchange {
     if (error) throw translate(error, this.options);
     if (claim.outcome !== Outcome.ACQUIRED) {
       await this.txDone;
+      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
       return { answer: answerFor(claim, this.options) };
     }
     this.claim = claim;
     return { acquired: { scope: this.scope, key: this.key, attempt: claim.attempt, tx: db.handle, claim } };
   }
 
-  async _claim(db) {
+  async _claim(db, verify) {
     try {
-      return await this.idem._on(db)._claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease }, true);
+      return await this.idem._on(db)._claim(this.scope, this.key,
+        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify }, true);
     } catch (err) {
       throw translate(err, this.options);
     }
   }
 
-  async _beginLease() {
+  async _beginLease(verify) {
     let claim;
     try {
-      claim = await this.idem.claim(this.scope, this.key, { params: this.params, wait: false, lease: this.options.lease });
+      claim = await this.idem.claim(this.scope, this.key,
+        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify });
     } catch (err) {
       throw translate(err, this.options);
     }
-    if (claim.outcome !== Outcome.ACQUIRED) return { answer: answerFor(claim, this.options) };
+    if (claim.outcome !== Outcome.ACQUIRED) {
+      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
+      return { answer: answerFor(claim, this.options) };
+    }
     this.claim = claim;
     const abort = new AbortController();
     this.beat = this.options.heartbeat === false ? null

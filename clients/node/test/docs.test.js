@@ -33,9 +33,9 @@ before(async () => {
   pool = newPool();
   // a fresh run: the blocks create their tables and scopes
   await pool.query('DROP TABLE IF EXISTS orders');
-  await pool.query("DELETE FROM idempo.operations WHERE scope IN ('shop.orders', 'shop.payments')");
-  await pool.query("DELETE FROM idempo.conflicts WHERE scope IN ('shop.orders', 'shop.payments')");
-  await pool.query("DELETE FROM idempo.scopes WHERE name IN ('shop.orders', 'shop.payments')").catch(() => {});
+  await pool.query("DELETE FROM idempo.operations WHERE scope IN ('shop.orders', 'shop.payments', 'shop.charges')");
+  await pool.query("DELETE FROM idempo.conflicts WHERE scope IN ('shop.orders', 'shop.payments', 'shop.charges')");
+  await pool.query("DELETE FROM idempo.scopes WHERE name IN ('shop.orders', 'shop.payments', 'shop.charges')").catch(() => {});
   for (const b of all.filter((x) => x.lang === 'sql')) await pool.query(b.code);
   fs.mkdirSync(WORK, { recursive: true });
 });

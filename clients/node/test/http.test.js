@@ -60,9 +60,12 @@ for (const framework of ['express', 'fastify']) {
       await pool.query(`SELECT idempo.create_scope($1, retention => '24 hours');
                         SELECT idempo.create_scope($2);
                         SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5);
-                        SELECT idempo.create_scope($4, lease => '3 seconds')`
+                        SELECT idempo.create_scope($4, lease => '3 seconds');
+                        SELECT idempo.create_scope($5, lease => '1 second');
+                        SELECT idempo.create_scope($6, lease => '1 second', verify_settle => '1 millisecond')`
         .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`)
-        .replace(/\$4/, `'${prefix}.charges'`));
+        .replace(/\$4/, `'${prefix}.charges'`).replace(/\$5/, `'${prefix}.looked-up'`)
+        .replace(/\$6/, `'${prefix}.looked-up-settled'`));
       service = await startService(framework, prefix);
     });
     after(() => { service.child.kill(); });
@@ -319,6 +322,66 @@ for (const framework of ['express', 'fastify']) {
       assert.match(JSON.parse(after.body).detail, /unknown/);
       assert.equal(await statusOf(scope, k), 'unknown');
       assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);     // the provider was called once
+    });
+
+    test('retries of an unknown key (no lookup) leave the verification lease to the verifier', async () => {
+      const k = newKey();
+      const scope = `${prefix}.charges`;
+      const body = { amount_cents: 800, fault: 'drop-reply' };
+      assert.equal((await post('/charges', body, k)).status, 502);
+      await waitFor('the lease to run out', async () => (await one(pool,
+        "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)", [scope, k])) === true);
+      for (let i = 0; i < 3; i += 1) {
+        const retry = await post('/charges', body, k);
+        assert.equal(retry.status, 409, retry.body);
+        assert.match(JSON.parse(retry.body).type, /#key-in-review$/);
+      }
+      assert.equal(await one(pool, 'SELECT lease_expires_at IS NULL OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)',
+        [scope, k]), true, 'a retry took the verification lease');
+      const { rows: [verifier] } = await pool.query(
+        'SELECT outcome::text, lease_expires_at > idempo.now() AS leased FROM idempo.claim($1, $2)', [scope, k]);
+      assert.deepEqual({ ...verifier }, { outcome: 'unknown', leased: true });
+    });
+
+    test('options.lookup: a retry of an unknown key looks the charge up and verifies: found, its reply; not found, 409 key-in-doubt', async () => {
+      const scope = `${prefix}.looked-up`;
+      const unknown = async (k) => waitFor('the lease to run out', async () => (await one(pool,
+        "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)", [scope, k])) === true);
+      const k = newKey();
+      const body = { amount_cents: 900, fault: 'drop-reply' };      // charged, the reply lost
+      assert.equal((await post('/charges-looked-up', body, k)).status, 502);
+      await unknown(k);
+      const found = await post('/charges-looked-up', body, k);
+      assert.equal(found.status, 201, found.body);
+      assert.equal(JSON.parse(found.body).key, `${scope}/${k}`);
+      assert.equal(await statusOf(scope, k), 'succeeded');
+      const again = await post('/charges-looked-up', body, k);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(again.body, found.body);
+      assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);     // charged once
+
+      const n = newKey();                                            // never sent: nothing to find
+      assert.equal((await post('/charges-looked-up', { amount_cents: 900, fault: 'drop-request' }, n)).status, 502);
+      await unknown(n);
+      const doubt = await post('/charges-looked-up', { amount_cents: 900, fault: 'drop-request' }, n);
+      assert.equal(doubt.status, 409, doubt.body);
+      assert.match(JSON.parse(doubt.body).type, /#key-in-doubt$/);  // verify_settle (1 minute) has not passed
+      assert.equal(await statusOf(scope, n), 'unknown');
+      assert.equal(await one(pool, 'SELECT lease_expires_at IS NULL FROM idempo.lookup($1, $2)', [scope, n]), true);
+      assert.equal(plain.state.actions.get(`${scope}/${n}`), undefined);
+    });
+
+    test('options.lookup: nothing found once verify_settle has passed, the retry runs as the next attempt', async () => {
+      const scope = `${prefix}.looked-up-settled`;
+      const k = newKey();
+      plain.state.failNext = 1;                                      // a 503 before anything is charged
+      assert.equal((await post('/charges-looked-up-settled', { amount_cents: 900 }, k)).status, 502);
+      await waitFor('the lease to run out', async () => (await one(pool,
+        "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)", [scope, k])) === true);
+      const retry = await post('/charges-looked-up-settled', { amount_cents: 900 }, k);
+      assert.equal(retry.status, 201, retry.body);
+      assert.equal(await one(pool, 'SELECT attempt FROM idempo.lookup($1, $2)', [scope, k]), 2);
+      assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);
     });
 
     test('the service killed (kill -9) mid-call: 409 until the lease runs out, then the retry runs as the next attempt', async () => {

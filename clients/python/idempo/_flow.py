@@ -134,7 +134,8 @@ def as_stored(text: Optional[str]):
 
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
               run_id: bool = False, intent_at: bool = False, complete_on_commit: bool = False,
-              lease: bool = False, now: bool = False, narrow: bool = False, fast: bool = False) -> str:
+              lease: bool = False, now: bool = False, narrow: bool = False, fast: bool = False,
+              verify_unknown: bool = True) -> str:
     """The claim statement; named arguments only for what is given, so that an older server's
     claim (no lease parameter) still answers the calls that do not use them."""
     named = [f'params => {params_sql}']
@@ -150,6 +151,8 @@ def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait:
         named.append('complete_on_commit => true')
     if lease:
         named.append('lease => %s::interval')
+    if not verify_unknown:
+        named.append('verify_unknown => false')
     columns = FAST_COLUMNS if fast else NARROW_COLUMNS if narrow else CLAIM_COLUMNS
     return (f'SELECT {columns}' + (', idempo.now()' if now else '')
             + f' FROM idempo.claim(%s, %s, {", ".join(named)})')
@@ -223,13 +226,16 @@ def text_names(scope, key):
 
 
 def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=None, fingerprint=None, wait=True,
-               run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False, fast=False):
+               run_id=None, intent_at=None, lease=None, complete_on_commit=False, now=False, narrow=False, fast=False,
+               verify_unknown=True):
+    """verify_unknown=False: a caller that cannot look the action up (the HTTP middleware's retry
+    without a lookup) is answered unknown without taking the verification lease."""
     text_names(scope, key)
     if params_args is None:
         params_args = (to_json(params),)
     sql = claim_sql(params_sql=params_sql, fingerprint=fingerprint is not None, wait=wait, run_id=run_id is not None,
                     intent_at=intent_at is not None, complete_on_commit=complete_on_commit,
-                    lease=lease is not None, now=now, narrow=narrow, fast=fast)
+                    lease=lease is not None, now=now, narrow=narrow, fast=fast, verify_unknown=verify_unknown)
     row = yield Sql(sql, claim_args(scope, key, params_args, fingerprint=fingerprint, run_id=run_id,
                                     intent_at=intent_at, lease=lease))
     return parse_claim(scope, key, row, fast)

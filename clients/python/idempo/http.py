@@ -9,7 +9,11 @@ Follows the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field" and Strip
   again while the first is still running -> 409 + Retry-After (the claim does not wait)
   the same key, another method/path/body -> 422 (the conflict is recorded in idempo.conflicts)
   missing or malformed key               -> 400 (no claim)
-  unknown, in_review, stale, expired     -> 409: a person decides
+  unknown, in_review, stale, expired     -> 409: a person or a verifier decides
+  unknown, on a route with a lookup hook -> this request looks the action up and verifies: found,
+                                            the reply it stores (or 409 settled-without-reply);
+                                            not found, the request runs as the next attempt;
+                                            too early to believe it, 409 key-in-doubt
   settled by a person, no reply stored   -> 409 settled-without-reply (operation_status, target_ref)
 
 Which replies are stored (Route.store, default store_default): everything below 500 except the
@@ -32,11 +36,11 @@ import math
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _flow as F
-from ._types import Claim, InvalidArgument, Outcome, sqlstate_of
+from ._types import Claim, InvalidArgument, Outcome, Superseded, Unknown, sqlstate_of
 
 MAX_KEY_LENGTH = 255                    # Stripe's limit; idempo itself takes 1024 bytes
 # The problem details' type is this base + '#' + the problem's code (Route.docs replaces the base:
@@ -173,6 +177,14 @@ class Route:
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
                  default PER_CLIENT headers (Set-Cookie, Authorization...) are sent to the client
                  that made the request but neither stored nor replayed
+    lookup       calls_out routes: provider_key -> what the other system has for the key (None:
+                 nothing), as call_once's lookup.  A retry that meets an unknown outcome then
+                 takes the verification lease, calls it and verifies: a Reply found is stored and
+                 answered (any other value is recorded as the result: 409 settled-without-reply);
+                 nothing found, once the scope's verify_settle has passed, makes the request run
+                 as the next attempt (before that: 409 key-in-doubt).  Without it (the default) a
+                 retry is answered 409 and leaves the verification lease free for a verifier
+                 (claim(verify_unknown => false)); an async function in ASGI apps
     """
     scope: str
     calls_out: bool = False
@@ -187,6 +199,7 @@ class Route:
     retry_after: int = 1
     docs: str = PROBLEM_TYPE_BASE
     keep_headers: Sequence[str] = ()
+    lookup: Optional[Callable[[str], Any]] = None
 
     def __post_init__(self):
         # a misspelt on_error would otherwise act as one of the two without saying which
@@ -436,10 +449,10 @@ def _invalid_json(err) -> bool:
     return isinstance(err, InvalidArgument) or sqlstate_of(err) in ('22P02', '22P05', '22025', '22032')
 
 
-def _claim(route, info, key):
+def _claim(route, info, key, verify):
     try:
         return (yield from F.claim_flow(route.scope, key, params_sql=params_sql(info), params_args=params_args(info),
-                                        wait=False, lease=route.lease, fast=True, now=True))
+                                        wait=False, lease=route.lease, fast=True, now=True, verify_unknown=verify))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
         if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):
@@ -448,14 +461,71 @@ def _claim(route, info, key):
         raise
 
 
+# A retry that verified and found nothing claims again (the next attempt); a verify race claims
+# again too.  The last claim takes no verification lease: it is answered, not verified.
+CLAIMS = 3
+
+
+def in_doubt(route: Route, doubt: Unknown) -> Reply:
+    """409 key-in-doubt: the route's lookup found nothing, too early to believe it (the scope's
+    verify_settle after the attempt's lease has not passed).  The Node middleware answers the same."""
+    settles_at = getattr(doubt, 'settles_at', None)
+    return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
+                   'It was looked up and not found, too early to be sure that it did not happen; retry later with '
+                   'the same key.', [('retry-after', str(route.retry_after))], docs=route.docs,
+                   extra={'settles_at': settles_at.isoformat() if settles_at is not None else None})
+
+
+def _verify_unknown(route: Route, key: str, claim: Claim):
+    """The claim answered unknown and this request holds the verification lease (the route has a
+    lookup; the claim committed): look the action up and verify.  -> the Reply, or None when the
+    key is to be claimed again (not found and retryable now, or another verifier won the race)."""
+    stored = route.keep_headers
+
+    def result_of(conn, found):
+        return found.stored(stored) if isinstance(found, Reply) else found
+    try:
+        done = yield from F.verify_flow(None, claim, f'{route.scope}/{key}', route.lookup, result_of, None)
+    except Superseded:
+        return None
+    except Unknown as doubt:
+        return in_doubt(route, doubt)
+    if done is None:
+        return None
+    return answer_for(route, replace(claim, outcome=Outcome.REPLAY, status=done.status, result=done.result,
+                                     target_ref=done.target_ref))
+
+
+def _answer(route: Route, key: str, claim: Claim, verified: bool):
+    """The reply to a claim that did not hand this request the work (None: claim again)."""
+    if verified and claim.outcome is Outcome.UNKNOWN:
+        return (yield from _verify_unknown(route, key, claim))
+    return answer_for(route, claim)
+
+
 def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     """Claim, the handler and complete in one transaction.  -> Reply."""
-    yield F.Begin()
+    for left in range(CLAIMS - 1, -1, -1):
+        verify = route.lookup is not None and left > 0
+        yield F.Begin()
+        try:
+            claim = yield from _claim(route, info, key, verify)
+            if claim.outcome is not Outcome.ACQUIRED:
+                yield F.Commit()          # a claim may have written (a review, a conflict, a lease): keep it
+        except BaseException:
+            yield F.Rollback()
+            raise
+        if claim.outcome is Outcome.ACQUIRED:
+            break
+        reply = yield from _answer(route, key, claim, verify)
+        if reply is not None:
+            return reply
+    return (yield from _handle_in_transaction(conn, route, key, claim, handler))
+
+
+def _handle_in_transaction(conn, route: Route, key: str, claim: Claim, handler):
+    """The handler and complete in the claim's transaction (still open).  -> Reply."""
     try:
-        claim = yield from _claim(route, info, key)
-        if claim.outcome is not Outcome.ACQUIRED:
-            yield F.Commit()          # a claim may have written (a review, a conflict): keep it
-            return answer_for(route, claim)
         ctx = Context(conn, route.scope, key, claim.attempt, route, claim, began=True)
         reply = yield F.Call(handler, (ctx,))
         if not route.store(reply.status):
@@ -472,13 +542,18 @@ def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handle
 def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     """The claim commits; the handler calls out, then ctx.begin() and writes; complete commits
     with the writes.  -> Reply."""
-    yield F.Begin()
-    try:
-        claim = yield from _claim(route, info, key)
-    finally:
-        yield F.Commit()
-    if claim.outcome is not Outcome.ACQUIRED:
-        return answer_for(route, claim)
+    for left in range(CLAIMS - 1, -1, -1):
+        verify = route.lookup is not None and left > 0
+        yield F.Begin()
+        try:
+            claim = yield from _claim(route, info, key, verify)
+        finally:
+            yield F.Commit()
+        if claim.outcome is Outcome.ACQUIRED:
+            break
+        reply = yield from _answer(route, key, claim, verify)
+        if reply is not None:
+            return reply
     ctx = Context(conn, route.scope, key, claim.attempt, route, claim)
     try:
         reply = yield F.Call(handler, (ctx,))

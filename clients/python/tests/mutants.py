@@ -15,6 +15,13 @@ import tempfile
 
 MUTANTS = [
     # (id, intent, file, find, replace, pytest -k / files)
+    ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
+     'idempo/http.py', "wait=False, lease=route.lease, fast=True, verify_unknown=verify))",
+     "wait=False, lease=route.lease, fast=True))",
+     'tests/test_http.py::test_retries_of_an_unknown_key_leave_the_verification_lease_to_the_verifier'),
+    ('http-lookup-not-called', 'a route with a lookup answers an unknown key 409 without looking it up',
+     'idempo/http.py', "    if verified and claim.outcome is Outcome.UNKNOWN:", "    if False:",
+     'tests/test_http.py::test_a_route_lookup_settles_an_unknown_key_on_the_retry'),
     ('busy-enters-block', 'once() lets a busy claim into the block: two callers run it',
      'idempo/_sync.py', "        if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY):",
      "        if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY, Outcome.BUSY):",

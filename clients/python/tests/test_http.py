@@ -616,6 +616,149 @@ def test_calls_out_by_default_leaves_a_lost_reply_to_its_lease(dbname, db, scope
     assert post('pay-2')[0] == '409' and charges == [f'{s}/pay-1', f'{s}/pay-2']
 
 
+def _lost_reply_service(dbname, route, charges, **kw):
+    """A WSGI service on route (calls_out) whose first call charges and loses its reply, and a
+    post(key) -> (status, headers, answer)."""
+    import io
+    from idempo.wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
+
+    def app(environ, start_response):
+        charges.append(environ[ENVIRON_KEY].provider_key)
+        if len(charges) == 1:
+            raise ConnectionResetError('the connection closed before the reply')
+        start_response('201 Created', [('content-type', 'application/json')])
+        return [b'{"charged": %d}' % len(charges)]
+    mw = IdempotencyMiddleware(app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+    def post(key):
+        got = {}
+        environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/pay', 'CONTENT_TYPE': 'application/json',
+                   'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': key}
+        body = b''.join(mw(environ, lambda status, headers: got.update(status=status, headers=dict(headers))))
+        return got['status'][:3], got['headers'], json.loads(body) if body.startswith(b'{') else body
+    return post
+
+
+def _until_unknown(db, s, key):
+    wait_for('the lease to run out', lambda: one(
+        db, "SELECT status <> 'in_progress' OR lease_expires_at <= idempo.now() FROM idempo.lookup(%s, %s)", [s, key]))
+
+
+def test_retries_of_an_unknown_key_leave_the_verification_lease_to_the_verifier(dbname, db, scope):
+    """A route without a lookup: a retry that meets unknown is answered 409 (a person or a
+    verifier decides) and takes no verification lease, however often it comes: the verifier's
+    claim right after the retries is answered unknown with the lease (the retries' claims took
+    it, and the verifier was told busy while clients kept retrying)."""
+    from idempo.http import Route
+    s = scope()
+    charges = []
+    post = _lost_reply_service(dbname, Route(s, calls_out=True, lease='1 second'), charges)
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    _until_unknown(db, s, 'pay-1')
+    for _ in range(3):
+        status, _, answer = post('pay-1')
+        assert (status, answer['code']) == ('409', 'key-in-review') and 'unknown' in answer['detail']
+    assert one(db, "SELECT lease_expires_at IS NULL OR lease_expires_at <= idempo.now() "
+                   "FROM idempo.lookup(%s, 'pay-1')", [s]), 'a retry took the verification lease'
+    outcome, leased = db.execute("SELECT outcome::text, lease_expires_at > idempo.now() "
+                                 "FROM idempo.claim(%s, 'pay-1', params => NULL)", [s]).fetchone()
+    assert (outcome, leased) == ('unknown', True)
+    assert charges == [f'{s}/pay-1']
+
+
+def test_a_route_lookup_settles_an_unknown_key_on_the_retry(dbname, db, scope):
+    """Route(lookup=...): the retry that meets unknown takes the verification lease, looks the
+    action up and verifies.  Found (a Reply): stored and answered, and replayed from then on;
+    nothing found before verify_settle has passed: 409 key-in-doubt, the lease ended; nothing
+    found after it: the request runs as the next attempt."""
+    from idempo.http import Reply, Route
+    provider = {}
+
+    def lookup(provider_key):
+        found = provider.get(provider_key)
+        return None if found is None else Reply(200, [('content-type', 'application/json')], found)
+
+    # found
+    s = scope()
+    charges = []
+    post = _lost_reply_service(dbname, Route(s, calls_out=True, lease='1 second', lookup=lookup), charges)
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    provider[f'{s}/pay-1'] = b'{"charged": "as found"}'
+    _until_unknown(db, s, 'pay-1')
+    status, headers, answer = post('pay-1')
+    assert (status, answer) == ('200', {'charged': 'as found'})
+    assert status_of(db, s, 'pay-1') == 'succeeded'
+    assert post('pay-1')[:3:2] == ('200', {'charged': 'as found'})
+    assert charges == [f'{s}/pay-1']
+
+    # not found, too early to believe it
+    s = scope(verify_settle='1 hour')
+    charges = []
+    post = _lost_reply_service(dbname, Route(s, calls_out=True, lease='1 second', lookup=lookup), charges)
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    _until_unknown(db, s, 'pay-1')
+    status, _, answer = post('pay-1')
+    assert (status, answer['code']) == ('409', 'key-in-doubt') and answer['settles_at'] is not None
+    assert status_of(db, s, 'pay-1') == 'unknown'
+    assert one(db, "SELECT lease_expires_at IS NULL FROM idempo.lookup(%s, 'pay-1')", [s])
+    assert charges == [f'{s}/pay-1']
+
+    # not found once verify_settle has passed: the retry runs as attempt 2
+    s = scope(verify_settle='1 millisecond')
+    charges = []
+    post = _lost_reply_service(dbname, Route(s, calls_out=True, lease='1 second', lookup=lookup), charges)
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    _until_unknown(db, s, 'pay-1')
+    status, _, answer = post('pay-1')
+    assert (status, answer) == ('201', {'charged': 2})
+    assert one(db, "SELECT attempt FROM idempo.lookup(%s, 'pay-1')", [s]) == 2
+    assert charges == [f'{s}/pay-1'] * 2
+
+
+def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, scope):
+    """The same under ASGI, with an async lookup: the retry that meets unknown awaits it and
+    answers the reply it found."""
+    import asyncio
+    from idempo.asgi import IdempotencyMiddleware, connect
+    from idempo.http import Reply, Route
+    s = scope()
+    calls, provider = [], {}
+
+    async def lookup(provider_key):
+        found = provider.get(provider_key)
+        return None if found is None else Reply(200, [('content-type', 'application/json')], found)
+
+    async def app(asgi_scope, receive, send):
+        calls.append(asgi_scope['state']['idempo'].provider_key if 'state' in asgi_scope else None)
+        raise ConnectionResetError('the connection closed before the reply')
+    mw = IdempotencyMiddleware(app, routes={'/pay': Route(s, calls_out=True, lease='1 second', lookup=lookup)},
+                               connection=connect(dbname=dbname))
+
+    def post(key):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
+                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
+        asyncio.run(mw(asgi_scope, receive, send))
+        return sent[0]['status'], b''.join(m.get('body', b'') for m in sent[1:])
+
+    with pytest.raises(ConnectionResetError):
+        post('pay-1')
+    provider[f'{s}/pay-1'] = b'{"charged": "as found"}'
+    _until_unknown(db, s, 'pay-1')
+    assert post('pay-1') == (200, b'{"charged": "as found"}')
+    assert status_of(db, s, 'pay-1') == 'succeeded' and len(calls) == 1
+
+
 def test_tenant_and_key_cannot_be_shifted_into_each_other():
     # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
     # same idempo key would replay one client's reply to the other

@@ -13,6 +13,9 @@
 //   POST /charges         lease with the default onError ('doubt'): the provider at
 //                         PLAIN_PROVIDER_URL (which does not deduplicate) is called with the
 //                         body's fault; a lost reply answers 502 and the attempt keeps its lease
+//   POST /charges-looked-up   the same, with options.lookup (the provider's GET /charges): a
+//                         retry that meets unknown looks the charge up and verifies
+//   POST /charges-looked-up-settled   the same in a scope whose verify_settle is 1 ms
 const { Pool } = require('pg');
 const http = require('node:http');
 const { Idempo } = require('idempo');
@@ -102,6 +105,24 @@ const shipments = { scope: `${prefix}.shipments`, key: { fields: ['order_id', 'l
 // the provider deduplicates by our key: a failed call may be made again
 const payments = { scope: `${prefix}.payments`, mode: 'lease', onError: 'retry' };
 const charges = { scope: `${prefix}.charges`, mode: 'lease' };
+// the provider's lookup: the charge found is answered (and stored) as the handler would have
+function lookUpCharge({ scope, key }) {
+  const url = `${process.env.PLAIN_PROVIDER_URL}/charges?key=${encodeURIComponent(`${scope}/${key}`)}`;
+  return new Promise((resolve, reject) => {
+    http.get(url, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => {
+        if (res.statusCode === 404) return resolve(null);
+        if (res.statusCode !== 200) return reject(new Error(`lookup answered ${res.statusCode}`));
+        return resolve({ status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
+      });
+    }).on('error', reject);
+  });
+}
+const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge };
+// the same in a scope whose verify_settle is 1 ms: nothing found is believed at once
+const chargesSettled = { scope: `${prefix}.looked-up-settled`, mode: 'lease', lookup: lookUpCharge };
 
 async function express() {
   const expressLib = require('express');
@@ -119,6 +140,8 @@ async function express() {
   app.post('/shipments', idempotency(idem, shipments), handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
   app.post('/payments', idempotency(idem, payments), handle(pay));
   app.post('/charges', idempotency(idem, charges), handle(chargeOnly));
+  app.post('/charges-looked-up', idempotency(idem, chargesLookedUp), handle(chargeOnly));
+  app.post('/charges-looked-up-settled', idempotency(idem, chargesSettled), handle(chargeOnly));
   // errors: problem details, and nothing of the error's text
   app.use((err, req, res, next) => {     // eslint-disable-line no-unused-vars
     res.status(err.status ?? err.statusCode ?? 500).json({ title: 'error', status: err.status ?? 500 });
@@ -146,6 +169,8 @@ async function fastify() {
   app.post('/shipments', { config: { idempotency: shipments } }, handle(async (i, body) => ({ status: 201, body: { shipped: body } })));
   app.post('/payments', { config: { idempotency: payments } }, handle(pay));
   app.post('/charges', { config: { idempotency: charges } }, handle(chargeOnly));
+  app.post('/charges-looked-up', { config: { idempotency: chargesLookedUp } }, handle(chargeOnly));
+  app.post('/charges-looked-up-settled', { config: { idempotency: chargesSettled } }, handle(chargeOnly));
   await app.listen({ port: 0, host: '127.0.0.1' });
   return app.server.address().port;
 }
