@@ -1,4 +1,4 @@
--- The SQL API the client libraries need (issue 28): idempo.version(), claim(..., lease),
+-- The SQL API the client libraries need: idempo.version(), claim(..., lease),
 -- heartbeat().  Leases are shown as lease_expires_at - last_attempt_at (the claim's now).
 SET client_min_messages = warning;
 SET idempo.allow_drop_with_records = on;  -- the previous test leaves records

@@ -1,4 +1,4 @@
--- Fingerprint include rules (issue 28): a scope's fingerprint_include names the only fields that
+-- Fingerprint include rules: a scope's fingerprint_include names the only fields that
 -- count, with paths into arrays (items[*].sku); beside fingerprint_ignore.
 SET client_min_messages = warning;
 SET idempo.allow_drop_with_records = on;  -- the previous test leaves records

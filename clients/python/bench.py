@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the library costs over the same SQL written by hand (issue 28: at most 5 %).
+"""What the library costs over the same SQL written by hand (the target: at most 5 %).
 
 One-transaction work, the library's fast path: BEGIN, claim, the business INSERT, complete,
 COMMIT -- by hand with psycopg 3, and with idempo.once().  Then the replay of the same keys

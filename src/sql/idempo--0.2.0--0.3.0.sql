@@ -792,7 +792,7 @@ CREATE OR REPLACE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
 $$;
 
 ------------------------------------------------------------------------------------------------
--- The SQL API the client libraries need (issue 28): idempo.version(), claim(..., lease)
+-- The SQL API the client libraries need: idempo.version(), claim(..., lease)
 ------------------------------------------------------------------------------------------------
 
 CREATE FUNCTION idempo.version() RETURNS text

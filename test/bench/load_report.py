@@ -56,7 +56,7 @@ lines = []
 w = lines.append
 w("# Benchmarks under load\n")
 w("What a service sees: many clients, durable commits, hot keys, and the cost of each scope option. "
-  "Written by `test/bench/load` (issue 19); every full run rewrites this file. Each mode is one pgbench "
+  "Written by `test/bench/load`; every full run rewrites this file. Each mode is one pgbench "
   "run per round with the variants' transactions interleaved (each transaction picks a script at "
   "random), so that whatever the shared machine does meanwhile hits every variant alike; figures are "
   "medians over rounds with the range in brackets. The single-client microscope (pinned, "
@@ -74,7 +74,7 @@ w(f"- Runs: `pgbench -M prepared`, {meta.get('rounds', '?')} rounds of `{meta.ge
 modes = sorted({m for (s, m) in run if s == "clients"}, key=lambda m: (m.split("cli-")[1], int(m.split("cli")[0])))
 w("## Targets\n")
 w("Added cost = the variant's average latency minus the business insert's (baseline), in the same run. "
-  "Targets of issue 19: one-call ≤ 1.3 × the bare dedup insert's (floor) added cost, two-call ≤ 0.9 × "
+  "Targets: one-call ≤ 1.3 × the bare dedup insert's (floor) added cost, two-call ≤ 0.9 × "
   "plain SQL's, at 1 and 8 clients, `synchronous_commit` off and on.\n")
 w("| clients | synchronous_commit | one-call / floor | | two-call / plain SQL | |")
 w("|--:|---|--:|---|--:|---|")

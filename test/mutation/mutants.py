@@ -12,7 +12,8 @@ The list (test/mutation/mutants.txt) is a sequence of blocks:
     (more find/replace pairs, applied in order, each must match exactly once; another
     file: line makes the pairs after it apply to that file)
     also: t/007_sweep_backlog.pl       (optional, repeatable: a suite to run after the fast
-                                        ones: a TAP test of test/tap/t, "fuzz" or "hashed-keys")
+                                        ones: a TAP test of test/tap/t, "fuzz", "hashed-keys"
+                                        or "api")
     sample: yes                        (optional: part of the short sample of test/run)
     equivalent: why no test can tell  (optional: not run, counted apart)
 

@@ -1,4 +1,4 @@
-"""The payment job of issue 28 with the library: the same behaviour as payment_job_by_hand.py
+"""The payment job of docs/python.md with the library: the same behaviour as payment_job_by_hand.py
 (docs/python.md compares the two)."""
 import idempo
 

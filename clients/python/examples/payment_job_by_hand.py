@@ -1,4 +1,4 @@
-"""The payment job of issue 28, written on idempo's SQL API by hand, as the new user did: each
+"""The payment job of docs/python.md, written on idempo's SQL API by hand, as the new user did: each
 request charges a card at the provider (which does not deduplicate, but can be searched by our
 reference) and records the payment.  The lines between the two markers dispatch idempo's
 outcomes; docs/python.md counts them."""

@@ -1,4 +1,4 @@
-"""The payment job of issue 28, by hand (examples/payment_job_by_hand.py) and with the library
+"""The payment job of docs/python.md, by hand (examples/payment_job_by_hand.py) and with the library
 (examples/payment_job.py): 2,000 requests -- duplicates, changed parameters, declined cards, lost
 requests and lost replies -- by 4 workers at once, against a provider that does not deduplicate.
 Both come out right: one charge per payment at most, every payment settled, declines replayed."""

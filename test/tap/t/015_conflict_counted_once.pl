@@ -1,10 +1,11 @@
 # A sweeper that is terminated right after committing a conflict row must not make the conflict
-# count twice (issue 25, item 11).  The nearest a sweeper can come to exiting between its commit
-# and marking the request done: its commit waits for a synchronous standby that does not exist
-# (the row is committed locally), and it is terminated there.  PostgreSQL ends only the wait; the
-# sweeper marks the request done before it handles the termination, so neither the waiting claim
-# nor the next sweeper writes the row again.  (Were the request still TAKEN when the sweeper
-# exits, the claim would take it back and count a second occurrence.)
+# count twice (idempo.counters() counts each conflict once).  The nearest a sweeper can come to
+# exiting between its commit and marking the request done: its commit waits for a synchronous
+# standby that does not exist (the row is committed locally), and it is terminated there.
+# PostgreSQL ends only the wait; the sweeper marks the request done before it handles the
+# termination, so neither the waiting claim nor the next sweeper writes the row again.  (Were the
+# request still TAKEN when the sweeper exits, the claim would take it back and count a second
+# occurrence.)
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
