@@ -1,0 +1,224 @@
+"""The console over HTTP, as a browser without JavaScript uses it: sign-in, sessions, CSRF,
+headers, what each person sees, deciding, and a decision on a page that went stale."""
+import re
+import urllib.parse
+
+from conftest import text_of
+
+
+def record_path(scope, key):
+    return '/record?' + urllib.parse.urlencode({'scope': scope, 'key': key})
+
+
+def test_sign_in_with_the_role_and_its_password(data, console, person):
+    c = console()
+    p = person(c)
+    status, body, headers, url = p.get('/')
+    assert url.endswith('/login') and 'Sign in' in body               # not signed in: the sign-in page
+    status, body, _, _ = p.post('/login', {'role': 'alice', 'password': 'wrong'})
+    assert status == 401 and 'Sign-in failed' in body and 'wrong' not in body
+    status, body, _, _ = p.post('/login', {'role': 'nobody', 'password': 'x'})
+    assert status == 401
+    p.sign_in('alice')
+    status, body, headers, _ = p.get('/')
+    assert status == 200 and 'Signed in as' in body
+    csp = headers['Content-Security-Policy']
+    assert "default-src 'none'" in csp and 'script-src' not in csp and "frame-ancestors 'none'" in csp
+    cookie = headers.get('Set-Cookie') or ''
+    assert 'alice-pw' not in body and 'alice-pw' not in cookie
+    assert 'alice-pw' not in c.logs() and 'alice' not in c.logs()    # neither the password nor who signs in
+    # signing out ends the session: the same cookie no longer opens a page
+    form = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
+    p.post('/logout', {'csrf': form})
+    status, body, _, url = p.get('/')
+    assert url.endswith('/login')
+
+
+def test_sessions_expire(data, console, person):
+    c = console('--session-minutes', '0')
+    p = person(c)
+    p.post('/login', {'role': 'alice', 'password': 'alice-pw'}, follow=False)
+    status, body, _, url = p.get('/')
+    assert url.endswith('/login'), 'a session past its idle time still opened a page'
+
+
+def test_every_change_needs_the_sessions_csrf_token(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    form = p.form(body, 'resolve')
+    for csrf in (None, '', 'forged'):
+        f = dict(form, resolution='failed', note='n', confirm='yes')
+        if csrf is None:
+            del f['csrf']
+        else:
+            f['csrf'] = csrf
+        status, body, _, _ = p.post('/decide', f)
+        assert status == 403 and 'not valid' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_a_decision_needs_a_note_and_the_confirmation(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    form = p.form(body, 'resolve')
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='  ', confirm='yes'))
+    assert status == 422 and 'needs a note' in body
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='why'))
+    assert status == 422 and 'confirmation' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_resolve_records_the_signed_in_person(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='succeeded', target_ref='ch_77',
+                                                 note='found in the provider', confirm='yes', reviewer='mallory'))
+    assert status == 200 and 'Resolved as succeeded' in body, body
+    assert data.status('billing.charge', 'inv-1') == 'succeeded'
+    assert data.one("SELECT target_ref FROM idempo.operations WHERE key = 'inv-1'")[0] == 'ch_77'
+    # the history shows the decision, made by alice (the role), whatever a form says
+    assert re.search(r'<td>resolve</td><td>unknown</td><td>succeeded</td><td>1</td><td></td><td>alice</td>', body)
+    assert data.one("SELECT actor FROM idempo.events WHERE action = 'resolve'")[0] == 'alice'
+
+
+def test_verify_and_resolve_a_conflict(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10, 'currency': 'EUR'}, {'amount': 12, 'currency': 'EUR'})
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'verify'), found='true', target_ref='ch_1',
+                                                 note='seen in the provider', confirm='yes'))
+    assert status == 200 and 'Verified (found)' in body
+    assert data.status('billing.charge', 'inv-1') == 'succeeded'
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-9'))
+    assert '<tr class="differs"><th scope="row">amount (differs)</th>' in body
+    assert 'currency (differs)' not in body
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve_conflict', conflict_id=str(cid)),
+                                                 resolution='kept_stored', note='the first order stands', confirm='yes'))
+    assert status == 200 and f'Conflict {cid} resolved' in body
+    assert data.one('SELECT resolved_by, resolution, note FROM idempo.conflicts WHERE id = %s', (cid,)) == \
+        ('alice', 'kept_stored', 'the first order stands')
+
+
+def test_a_stale_page_is_refused_and_shows_the_new_state(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    c = console()
+    alice, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
+    _, alice_page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    _, carol_page, _, _ = carol.get(record_path('billing.charge', 'inv-1'))
+    # carol decides first: not executed (the record becomes retryable)
+    status, body, _, _ = carol.post('/decide', dict(carol.form(carol_page, 'resolve'), resolution='not_executed',
+                                                     note='not in the provider', confirm='yes'))
+    assert status == 200 and data.status('billing.charge', 'inv-1') == 'retryable'
+    # the application claims it again and the new attempt's lease runs out: unknown again, the
+    # status alice's page showed, but not the same record
+    data.unknown('billing.charge', ['inv-1'])
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    status, body, _, _ = alice.post('/decide', dict(alice.form(alice_page, 'resolve'), resolution='succeeded',
+                                                     target_ref='ch_1', note='found it', confirm='yes'))
+    assert status == 409 and 'changed since you read it' in body and 'nothing was decided' in body
+    assert '<dd id="status">unknown</dd>' in body and '<dt>Attempt</dt><dd>2' in body   # the new state: attempt 2
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    assert data.one("SELECT count(*) FROM idempo.events WHERE action = 'resolve' AND actor = 'alice'")[0] == 0
+
+
+def test_a_conflict_resolved_meanwhile_is_refused(data, console, person):
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10}, {'amount': 12})
+    c = console()
+    alice, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-9'))
+    data.sql("SELECT idempo.resolve_conflict(%s, 'dismissed', 'carol', 'dup')", (cid,), user='carol')
+    status, body, _, _ = alice.post('/decide', dict(alice.form(page, 'resolve_conflict'), resolution='new_key',
+                                                     note='sent again', confirm='yes'))
+    assert status == 409 and 'changed since you read it' in body
+    assert data.one('SELECT resolved_by, resolution FROM idempo.conflicts WHERE id = %s', (cid,)) == ('carol', 'dismissed')
+
+
+def test_a_role_sees_and_decides_nothing_of_other_scopes(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2'])
+    data.unknown('shop.order', ['order-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-2', 'manual')")
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10}, {'amount': 12})
+    c = console()
+    alice, bob = person(c).sign_in('alice'), person(c).sign_in('bob')
+    for path in ('/', '/unknown', '/reviews', '/conflicts', '/unknown?scope=billing.charge',
+                 '/reviews?scope=billing.charge', '/conflicts?q=inv-9', '/unknown?q=inv-1'):
+        _, body, _, _ = bob.get(path)
+        assert 'billing' not in body and 'inv-' not in body, path
+    _, body, _, _ = bob.get('/unknown')
+    assert 'order-1' in body
+    for path in (record_path('billing.charge', 'inv-1'), '/scopes/billing.charge'):
+        status, body, _, _ = bob.get(path)
+        assert status == 404 and 'inv-1' not in body and 'amount' not in body
+    # a form copied from alice's page, sent with bob's session: refused, nothing decided
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    _, own, _, _ = bob.get('/unknown')
+    bob_csrf = re.search(r'name="csrf" value="([^"]+)"', own).group(1)
+    status, body, _, _ = bob.post('/decide', dict(alice.form(page, 'resolve'), csrf=bob_csrf, resolution='failed',
+                                                   note='x', confirm='yes'))
+    assert status in (403, 404) and data.status('billing.charge', 'inv-1') == 'unknown'
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-9'))
+    status, body, _, _ = bob.post('/decide', dict(alice.form(page, 'resolve_conflict'), csrf=bob_csrf,
+                                                   resolution='dismissed', note='x', confirm='yes'))
+    assert status in (403, 404)
+    assert data.one('SELECT resolved_at FROM idempo.conflicts WHERE id = %s', (cid,))[0] is None
+
+
+def test_a_script_key_is_shown_as_text(data, console, person):
+    key = '<script>alert(1)</script>"\'&'
+    data.unknown('billing.charge', [key])
+    p = person(console()).sign_in('alice')
+    for path in ('/unknown', '/', record_path('billing.charge', key)):
+        _, body, _, _ = p.get(path)
+        assert '<script>' not in body, path
+        assert key[:16] in text_of(body), path
+    assert key in text_of(body)      # the record page: the whole key, as text
+    _, body, _, _ = p.get(record_path('billing.charge', key))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='failed', note='<b>n</b>', confirm='yes'))
+    assert status == 200 and data.status('billing.charge', key) == 'failed'
+
+
+def test_a_hash_keys_scope_is_searched_by_digest_never_shown_in_clear(data, console, person):
+    data.unknown('signup.mail', ['carol@example.com', 'dave@example.com'])
+    digest = data.one("SELECT idempo.stored_key('signup.mail', 'carol@example.com')")[0]
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get('/unknown?' + urllib.parse.urlencode({'q': 'carol@example.com'}))
+    assert digest in body and 'carol@example.com' not in body
+    assert data.one("SELECT idempo.stored_key('signup.mail', 'dave@example.com')")[0] not in body
+    _, body, _, _ = p.get(record_path('signup.mail', digest))
+    assert 'carol@example.com' not in body
+    form = p.form(body, 'resolve')
+    status, body, _, _ = p.post('/decide', dict(form, clear_key='dave@example.com', resolution='failed', note='n',
+                                                 confirm='yes'))
+    assert status == 422 and 'does not hash to this record' in body
+    status, body, _, _ = p.post('/decide', dict(form, clear_key='carol@example.com', resolution='failed', note='n',
+                                                 confirm='yes'))
+    assert status == 200 and 'carol@example.com' not in body
+    assert data.status('signup.mail', digest) == 'failed'
+
+
+def test_queues_page_by_keyset(data, console, person):
+    keys = [f'inv-{i:03}' for i in range(120)]
+    data.unknown('billing.charge', keys)
+    p = person(console()).sign_in('alice')
+    seen, path = [], '/unknown?scope=billing.charge'
+    while path:
+        _, body, _, _ = p.get(path)
+        seen += re.findall(r'class="key" href="[^"]+">(inv-\d+)</a>', body)
+        m = re.search(r'<a href="([^"]+)" rel="next">', body)
+        path = m and m.group(1).replace('&amp;', '&')
+    assert sorted(seen) == keys and len(seen) == 120
+
+
+def test_read_only_offers_and_takes_no_decision(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console('--read-only')).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    assert '/decide' not in body
+    csrf = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
+    status, body, _, _ = p.post('/decide', {'csrf': csrf, 'action': 'resolve', 'scope': 'billing.charge', 'key': 'inv-1',
+                                            'resolution': 'failed', 'note': 'n', 'confirm': 'yes', 'token': ''})
+    assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
