@@ -1,7 +1,11 @@
 """The console over HTTP, as a browser without JavaScript uses it: sign-in, sessions, CSRF,
 headers, what each person sees, deciding, and a decision on a page that went stale."""
 import re
+import threading
+import time
 import urllib.parse
+
+import psycopg
 
 from conftest import text_of
 
@@ -222,3 +226,34 @@ def test_read_only_offers_and_takes_no_decision(data, console, person):
     status, body, _, _ = p.post('/decide', {'csrf': csrf, 'action': 'resolve', 'scope': 'billing.charge', 'key': 'inv-1',
                                             'resolution': 'failed', 'note': 'n', 'confirm': 'yes', 'token': ''})
     assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_a_change_committed_while_deciding_is_refused(data, console, person):
+    """The record changes after the console compared it with the page and before idempo's
+    function locks it: the function's lock meets a row changed after the transaction's snapshot
+    and the decision is refused as stale (under READ COMMITTED it would decide on the new attempt)."""
+    data.unknown('billing.charge', ['inv-1'])
+    c = console()
+    alice = person(c).sign_in('alice')
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    with psycopg.connect(dbname=data.dbname) as other:      # carol's transaction, kept open
+        other.execute("SELECT idempo.resolve('billing.charge', 'inv-1', 'not_executed', 'carol', note => 'no')")
+        other.execute("SELECT idempo.claim('billing.charge', 'inv-1', params => '{\"amount\": 10}')")
+        other.execute("SET LOCAL idempo.clock_offset = '30 minutes'")
+        other.execute('SELECT idempo.sweep(100000)')
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=alice.post('/decide', dict(
+            alice.form(page, 'resolve'), resolution='succeeded', target_ref='ch_1', note='found', confirm='yes'))))
+        t.start()
+        # the console's transaction waits for the record's lock: then carol commits
+        deadline = time.monotonic() + 60
+        while not data.one("""SELECT 1 FROM pg_stat_activity WHERE application_name = 'idempo console'
+                                 AND wait_event_type = 'Lock'"""):
+            assert time.monotonic() < deadline and t.is_alive(), f'the decision did not wait for the lock: {answer}'
+            time.sleep(0.02)
+        other.commit()
+    t.join(60)
+    status, body, _, _ = answer['r']
+    assert status == 409 and 'changed while you decided' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    assert data.one("SELECT attempt FROM idempo.operations WHERE key = 'inv-1'")[0] == 2

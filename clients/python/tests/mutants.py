@@ -14,6 +14,20 @@ import sys
 import tempfile
 
 MUTANTS = [
+    # the review console (idempo/console): the fences between a person and a wrong decision
+    ('console-every-scope-visible', "the console shows every scope to every reviewer: a reviewer of the shop sees, and "
+     "decides, billing's records",
+     'idempo/console/db.py', "VISIBLE = \"\"\"(s.allowed_role IS NULL OR EXISTS (",
+     "VISIBLE = \"\"\"(true OR s.allowed_role IS NULL OR EXISTS (",
+     'console_tests/test_console_http.py::test_a_role_sees_and_decides_nothing_of_other_scopes'),
+    ('console-stale-page-decided', 'a decision taken on a page that went stale is made on the record as it is now',
+     'idempo/console/db.py', "            if rec['token'] != token:", "            if False:",
+     'console_tests/test_console_http.py::test_a_stale_page_is_refused_and_shows_the_new_state'),
+    ('console-read-committed', 'the decision runs in READ COMMITTED: a change committed between the check and '
+     "idempo's lock is decided on",
+     'idempo/console/db.py', "    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ",
+     "    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED",
+     'console_tests/test_console_http.py::test_a_change_committed_while_deciding_is_refused'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('busy-enters-block', 'once() lets a busy claim into the block: two callers run it',
      'idempo/_sync.py', "        if claim.outcome not in (Outcome.ACQUIRED, Outcome.REPLAY):",
