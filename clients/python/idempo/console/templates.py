@@ -88,7 +88,7 @@ OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{%
   {% if oldest_unknown %}<a id="oldest-unknown" href="/record?{{ {'scope': oldest_unknown.scope, 'key': oldest_unknown.key}|q }}">{{ oldest_unknown.scope }} / <span class="key">{{ oldest_unknown.key[:16] }}</span></a>, in doubt for {{ oldest_unknown.waiting|interval }}{% else %}none{% endif %}</li>
 </ul>
 <h2>Scopes</h2>
-<div class="scroll"><table>
+<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table>
 <caption class="muted">Records waiting, per scope</caption>
 <thead><tr><th scope="col">Scope</th><th scope="col">In progress</th><th scope="col">Unknown</th><th scope="col">In review</th><th scope="col">Open reviews</th><th scope="col">Open conflicts</th><th scope="col">Oldest review waits</th><th scope="col">Waiting work</th></tr></thead>
 <tbody>
@@ -136,7 +136,7 @@ QUEUE = """{% extends "base.html" %}
   {% if f.q %}<span class="muted">(results for the key you searched for; not shown again: it may be one a scope keeps only as a digest)</span>{% endif %}
   <p><button type="submit">Filter</button></p>
 </form>
-<div class="scroll"><table>
+<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table>
 <thead><tr><th scope="col">Scope</th><th scope="col">Key</th>
 {% if kind == 'reviews' %}<th scope="col">Reason</th><th scope="col">Status</th>{% elif kind == 'conflicts' %}<th scope="col">Occurrences</th><th scope="col">Fields that differ</th>{% else %}<th scope="col">Attempt</th>{% endif %}
 <th scope="col">Waiting</th></tr></thead><tbody>
@@ -222,7 +222,7 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
 <p>First {{ c.first_detected_at|ts }}, waiting {{ c.waiting|interval }}.</p>
 {% set changed = (c.changed_fields or [])|map(attribute='field')|list %}
 {% if c.stored_params is not none or c.incoming_params is not none %}
-<div class="scroll"><table><caption class="muted">Stored and new request side by side; the fields that differ are marked</caption>
+<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table><caption class="muted">Stored and new request side by side; the fields that differ are marked</caption>
 <thead><tr><th scope="col">Field</th><th scope="col">Stored</th><th scope="col">New</th></tr></thead><tbody>
 {% set sp = c.stored_params if c.stored_params is mapping else {} %}{% set ip = c.incoming_params if c.incoming_params is mapping else {} %}
 {% for f in (sp.keys()|list + ip.keys()|list)|unique|sort %}
@@ -247,7 +247,7 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
 <h2>History</h2>
 {% if rec.events is none %}<p class="muted">Your role may not read idempo.events.</p>
 {% elif not rec.events %}<p class="muted">No events{% if not sc.audit %} (the scope is not audited){% endif %}.</p>
-{% else %}<div class="scroll"><table id="history"><thead><tr><th scope="col">When</th><th scope="col">Action</th><th scope="col">From</th><th scope="col">To</th><th scope="col">Attempt</th><th scope="col">Outcome</th><th scope="col">By</th></tr></thead><tbody>
+{% else %}<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table id="history"><thead><tr><th scope="col">When</th><th scope="col">Action</th><th scope="col">From</th><th scope="col">To</th><th scope="col">Attempt</th><th scope="col">Outcome</th><th scope="col">By</th></tr></thead><tbody>
 {% for e in rec.events %}<tr><td>{{ e.at|ts }}</td><td>{{ e.action }}</td><td>{{ e.from_status or '' }}</td><td>{{ e.to_status or '' }}</td><td>{{ e.attempt if e.attempt is not none else '' }}</td><td>{{ e.outcome or '' }}</td><td>{{ e.actor }}</td></tr>{% endfor %}
 </tbody></table></div>{% endif %}
 {% endblock %}
