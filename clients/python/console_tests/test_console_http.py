@@ -76,6 +76,7 @@ def test_a_decision_needs_a_note_and_the_confirmation(data, console, person):
 
 def test_resolve_records_the_signed_in_person(data, console, person):
     data.unknown('billing.charge', ['inv-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-1', 'the customer asks')")
     p = person(console()).sign_in('alice')
     _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
     status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='succeeded', target_ref='ch_77',
@@ -84,8 +85,9 @@ def test_resolve_records_the_signed_in_person(data, console, person):
     assert data.status('billing.charge', 'inv-1') == 'succeeded'
     assert data.one("SELECT target_ref FROM idempo.operations WHERE key = 'inv-1'")[0] == 'ch_77'
     # the history shows the decision, made by alice (the role), whatever a form says
-    assert re.search(r'<td>resolve</td><td>unknown</td><td>succeeded</td><td>1</td><td></td><td>alice</td>', body)
+    assert re.search(r'<td>resolve</td><td>in_review</td><td>succeeded</td><td>1</td><td></td><td>alice</td>', body)
     assert data.one("SELECT actor FROM idempo.events WHERE action = 'resolve'")[0] == 'alice'
+    assert data.one("SELECT resolved_by, note FROM idempo.reviews WHERE key = 'inv-1'") == ('alice', 'found in the provider')
 
 
 def test_verify_and_resolve_a_conflict(data, console, person):
