@@ -197,8 +197,8 @@ class Person:
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
         self.raw = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), NoRedirect)
 
-    def request(self, path, form=None, follow=True):
-        body = urllib.parse.urlencode(form).encode() if form is not None else None
+    def request(self, path, form=None, follow=True, doseq=False):
+        body = urllib.parse.urlencode(form, doseq=doseq).encode() if form is not None else None
         try:
             with (self.opener if follow else self.raw).open(self.console.url + path, body, timeout=30) as r:
                 return r.status, r.read().decode(), r.headers, r.url
@@ -209,6 +209,7 @@ class Person:
         return self.request(path, **kw)
 
     def post(self, path, form, **kw):
+        """doseq=True: a list is sent as the field repeated."""
         return self.request(path, form, **kw)
 
     def sign_in(self, role, password=None):

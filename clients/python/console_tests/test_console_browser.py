@@ -235,3 +235,32 @@ def test_reads_on_a_phone(data, console, browser):
     assert d.execute_script('return document.documentElement.scrollWidth') <= 390
     check_accessibility(d)
     shot(d, 'console-phone.png')
+
+
+def test_decide_fifty_at_once_with_one_changed_meanwhile(data, console, browser):
+    data.unknown('billing.charge', [f'inv-{i:02}' for i in range(50)])
+    c = console()
+    d = browser()
+    sign_in(d, c, 'alice')
+    d.get(c.url + '/unknown?scope=billing.charge')
+    check_accessibility(d)
+    d.find_element(By.TAG_NAME, 'body').click()
+    for i in range(1, 51):
+        tab_to(d, f'pick-{i}').send_keys(Keys.SPACE)
+    choose(d, 'bulk-not_executed')
+    tab_to(d, 'bulk-submit').send_keys(Keys.ENTER)
+    assert d.find_element(By.ID, 'count').text.startswith('50 record(s) selected')
+    assert len(d.find_elements(By.CSS_SELECTOR, '#sample li')) == 11          # ten, and "40 more"
+    check_accessibility(d)
+    shot(d, 'console-bulk.png')
+    # meanwhile carol decides one of them
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-07', 'failed', 'carol', note => 'declined')", user='carol')
+    tab_to(d, 'bulk-note').send_keys('none of them reached the provider')
+    tab_to(d, 'bulk-confirm').send_keys(Keys.SPACE)
+    tab_to(d, 'bulk-decide').send_keys(Keys.ENTER)
+    assert '49 record(s) resolved as not_executed; 1 refused, not forced' in d.find_element(By.ID, 'done').text
+    refused = d.find_elements(By.CSS_SELECTOR, '#refused tbody tr')
+    assert len(refused) == 1 and 'inv-07' in refused[0].text and 'changed since you read it' in refused[0].text
+    check_accessibility(d)
+    assert data.status('billing.charge', 'inv-07') == 'failed'
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'retryable'")[0] == 49

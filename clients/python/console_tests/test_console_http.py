@@ -1,5 +1,6 @@
 """The console over HTTP, as a browser without JavaScript uses it: sign-in, sessions, CSRF,
 headers, what each person sees, deciding, and a decision on a page that went stale."""
+import html
 import re
 import threading
 import time
@@ -259,3 +260,47 @@ def test_a_change_committed_while_deciding_is_refused(data, console, person):
     assert status == 409 and 'changed while you decided' in body
     assert data.status('billing.charge', 'inv-1') == 'unknown'
     assert data.one("SELECT attempt FROM idempo.operations WHERE key = 'inv-1'")[0] == 2
+
+
+def test_decide_fifty_at_once_with_one_changed_meanwhile(data, console, person):
+    keys = [f'inv-{i:02}' for i in range(50)]
+    data.unknown('billing.charge', keys)
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/unknown?scope=billing.charge')
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    picks = [html.unescape(v) for v in re.findall(r'name="pick" id="pick-\d+" value=\'([^\']*)\'', page)]
+    assert len(picks) == 50
+    # the selection, counted and sampled, before anything is decided
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'review', 'resolution': 'not_executed', 'pick': picks},
+                                doseq=True)
+    assert status == 200 and '50 record(s) selected' in body and 'inv-00' in body and 'and 40 more' in body
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'unknown'")[0] == 50
+    confirm = [html.unescape(v) for v in re.findall(r'name="pick" value=\'([^\']*)\'', body)]
+    assert sorted(confirm) == sorted(picks)
+    # meanwhile carol decides one of them
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-07', 'failed', 'carol', note => 'declined')", user='carol')
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'decide', 'resolution': 'not_executed',
+                                          'note': 'none reached the provider', 'confirm': 'yes', 'pick': confirm},
+                                doseq=True)
+    assert status == 200 and '49 record(s) resolved as not_executed; 1 refused, not forced' in body
+    refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
+    assert 'inv-07' in refused and 'changed since you read it' in refused and 'inv-08' not in refused
+    assert data.sql("SELECT status::text, count(*) FROM idempo.operations GROUP BY 1 ORDER BY 1") == \
+        [('failed', 1), ('retryable', 49)]
+    assert data.one("SELECT resolved_by FROM idempo.reviews WHERE key = 'inv-07'") is None   # (no review: unknown)
+    assert data.one("SELECT count(*) FROM idempo.events WHERE action = 'resolve' AND actor = 'alice'")[0] == 49
+
+
+def test_decide_many_refuses_what_the_role_may_not_see(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    data.unknown('shop.order', ['order-1'])
+    c = console()
+    alice, bob = person(c).sign_in('alice'), person(c).sign_in('bob')
+    _, page, _, _ = alice.get('/unknown?scope=billing.charge')
+    pick = html.unescape(re.search(r'name="pick" id="pick-\d+" value=\'([^\']*)\'', page).group(1))
+    _, own, _, _ = bob.get('/unknown')
+    csrf = re.search(r'name="csrf" value="([^"]+)"', own).group(1)
+    status, body, _, _ = bob.post('/bulk', {'csrf': csrf, 'step': 'decide', 'resolution': 'failed', 'note': 'x',
+                                            'confirm': 'yes', 'pick': [pick]}, doseq=True)
+    assert '0 record(s) resolved' in body and 'no such record' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'

@@ -31,6 +31,10 @@ MUTANTS = [
     ('console-reviewer-typed', 'the reviewer recorded is a name the form sends, not the signed-in role',
      'idempo/console/app.py', "db.decide(conn, s.role, scope, key,", "db.decide(conn, form.get('reviewer') or s.role, scope, key,",
      'console_tests/test_console_http.py::test_resolve_records_the_signed_in_person'),
+    ('console-bulk-forced', 'deciding many at once resolves a record that changed after it was selected',
+     'idempo/console/db.py', "            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution})",
+     "            decide(conn, person, scope_name, key, (record(conn, scope_name, key) or {}).get('token', ''), 'resolve', note,\n                   {'resolution': resolution})",
+     'console_tests/test_console_http.py::test_decide_fifty_at_once_with_one_changed_meanwhile'),
     ('console-csrf-unchecked', "a decision is taken without the session's CSRF token: another site's form decides "
      'as the signed-in reviewer',
      'idempo/console/app.py', "if form is None or not hmac.compare_digest(form.get('csrf', ''), s.csrf):",

@@ -1,6 +1,7 @@
 """The console's web application (Starlette, run by uvicorn; pages rendered on the server)."""
 import dataclasses
 import hmac
+import json
 import logging
 import secrets
 import threading
@@ -21,9 +22,20 @@ log = logging.getLogger('idempo.console')
 
 COOKIE = 'idempo_console'
 TITLES = {'reviews': 'Open reviews', 'conflicts': 'Open conflicts', 'unknown': 'Unknown operations'}
-MAX_FORM = 64 * 1024
+MAX_FORM = 1024 * 1024
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
+
+
+class Form(dict):
+    """A posted form: each field's first value, and all of them (getall) for repeated ones."""
+
+    def __init__(self, parsed):
+        super().__init__({k: v[0] for k, v in parsed.items()})
+        self.lists = parsed
+
+    def getall(self, name):
+        return self.lists.get(name, [])
 
 
 @dataclasses.dataclass
@@ -119,8 +131,7 @@ def create_app(settings):
         body = await request.body()
         if len(body) > MAX_FORM:
             return None
-        return {k: v[0] for k, v in urllib.parse.parse_qs(body.decode('utf-8', 'replace'),
-                                                           keep_blank_values=True).items()}
+        return Form(urllib.parse.parse_qs(body.decode('utf-8', 'replace'), keep_blank_values=True))
 
     def signed_in(fn):
         async def handler(request):
@@ -195,7 +206,12 @@ def create_app(settings):
             more = len(rows) > db.PAGE
             rows = rows[:db.PAGE]
             nxt = dict(f, after=after_of(rows[-1])) if more else None
+            # rows decided many at once carry the state they were shown in (not hash_keys rows:
+            # resolve() needs their key in clear, typed on the record's page)
+            picks = db.tokens(conn, [r for r in rows if not r['hash_keys']]) \
+                if kind != 'conflicts' and not settings.read_only else {}
             return page(request, 'queue.html', session=s, kind=kind, rows=rows, f=f, next=nxt, title=TITLES[kind],
+                        picks=picks,
                         scopes=db.scopes(conn))
         return handler
 
@@ -226,7 +242,7 @@ def create_app(settings):
         if problem is None:
             try:
                 done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form)
-                log.info('decision %s by %s', form.get('action', ''), s.role)
+                log.info('decision %s', form.get('action', ''))
                 return RedirectResponse(back + '&' + urllib.parse.urlencode({'done': done}), status_code=303)
             except db.Refused as e:
                 problem = str(e)
@@ -237,6 +253,37 @@ def create_app(settings):
         if rec is None:
             return page(request, 'error.html', 404, s, message=problem)
         return record_page(request, s, conn, rec, message=problem, status=status)
+
+    @signed_in
+    def bulk(request, s, conn, form):
+        """Many records resolved at once: the selection is shown (count and sample) with one note
+        and a confirmation; each is then decided only if still in the state it was picked in."""
+        if settings.read_only:
+            return page(request, 'error.html', 403, s, message='This console is read-only.')
+        picks = []
+        for v in form.getall('pick'):
+            try:
+                scope_name, key, token = json.loads(v)
+            except (ValueError, TypeError):
+                continue
+            if all(isinstance(x, str) for x in (scope_name, key, token)):
+                picks.append((scope_name, key, token))
+        resolution = form.get('resolution')
+        if not picks:
+            return page(request, 'error.html', 422, s, message='Select the records to decide.')
+        if resolution not in ('not_executed', 'failed'):
+            return page(request, 'error.html', 422, s,
+                        message='Many at once: not executed or failed (a success names its target_ref, one by one).')
+        note = (form.get('note') or '').strip()
+        if form.get('step') != 'decide' or not note or form.get('confirm') != 'yes':
+            problem = None if form.get('step') != 'decide' else (
+                'A decision needs a note: say why.' if not note else 'Tick the confirmation to decide.')
+            return page(request, 'bulk.html', 200 if problem is None else 422, s, picks=picks,
+                        resolution=resolution, message=problem, result=None)
+        decided, refused = db.decide_many(conn, s.role, picks, resolution, note)
+        log.info('decision resolve on %d records by one person (%d refused)', len(decided), len(refused))
+        return page(request, 'bulk.html', session=s, picks=picks, resolution=resolution, message=None,
+                    result=dict(decided=decided, refused=refused))
 
     @signed_in
     def scope_page(request, s, conn, form):
@@ -256,6 +303,7 @@ def create_app(settings):
         Route('/unknown', queue('unknown', db.unknown,
                                 lambda r: f"{r['last_attempt_at'].isoformat()}|{r['scope']}|{r['key']}")),
         Route('/record', record), Route('/decide', decide, methods=['POST']),
+        Route('/bulk', bulk, methods=['POST']),
         Route('/scopes/{name:path}', scope_page), Route('/console.css', css),
     ]
     app = Starlette(routes=routes)

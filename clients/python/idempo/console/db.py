@@ -132,7 +132,7 @@ def unknown(conn, scope=None, q=None, older_than=None, after=None):
                         dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k)).fetchall()
 
 
-def record(conn, scope_name, key):
+def record(conn, scope_name, key, history=True):
     """The record (key as stored), its open review and conflicts, its history; None if not visible."""
     s = scope(conn, scope_name)
     if s is None:
@@ -145,15 +145,45 @@ def record(conn, scope_name, key):
         WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
     if op is None and review is None and not conflicts_:
         return None
+    events = None
     try:
         with conn.transaction():
+            if not history:
+                raise _NoHistory
             events = conn.execute("""SELECT id, at, run_id, attempt, from_status, to_status, outcome, action, actor
                 FROM idempo.events WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
-    except psycopg.errors.InsufficientPrivilege:
-        events = None
+    except (psycopg.errors.InsufficientPrivilege, _NoHistory):
+        pass
     rec = dict(scope=s, key=key, op=op, review=review, conflicts=conflicts_, events=events)
     rec['token'] = state_token(op, review, conflicts_)
     return rec
+
+
+class _NoHistory(Exception):
+    pass
+
+
+def tokens(conn, rows):
+    """The state token of each row of a queue page (what a decision on many is checked against)."""
+    out = {}
+    for r in rows:
+        rec = record(conn, r['scope'], r['key'], history=False)
+        if rec is not None:
+            out[(r['scope'], r['key'])] = rec['token']
+    return out
+
+
+def decide_many(conn, person, picks, resolution, note):
+    """resolve() for each (scope, key, token) picked, each in a transaction of its own and only if
+    the record is still in the state it was picked in; returns (decided, refused) lists."""
+    decided, refused = [], []
+    for scope_name, key, token in picks:
+        try:
+            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution})
+            decided.append((scope_name, key))
+        except Refused as e:
+            refused.append((scope_name, key, str(e)))
+    return decided, refused
 
 
 def state_token(op, review, conflicts_):

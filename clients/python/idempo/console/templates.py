@@ -136,19 +136,29 @@ QUEUE = """{% extends "base.html" %}
   {% if f.q %}<span class="muted">(results for the key you searched for; not shown again: it may be one a scope keeps only as a digest)</span>{% endif %}
   <p><button type="submit">Filter</button></p>
 </form>
+{% if picks %}<form method="post" action="/bulk" id="bulk">
+<input type="hidden" name="csrf" value="{{ session.csrf }}">
+<input type="hidden" name="step" value="review">{% endif %}
 <div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table>
-<thead><tr><th scope="col">Scope</th><th scope="col">Key</th>
+<thead><tr>{% if picks %}<th scope="col">Select</th>{% endif %}<th scope="col">Scope</th><th scope="col">Key</th>
 {% if kind == 'reviews' %}<th scope="col">Reason</th><th scope="col">Status</th>{% elif kind == 'conflicts' %}<th scope="col">Occurrences</th><th scope="col">Fields that differ</th>{% else %}<th scope="col">Attempt</th>{% endif %}
 <th scope="col">Waiting</th></tr></thead><tbody>
 {% for r in rows %}<tr>
+  {% if picks %}<td>{% set t = picks.get((r.scope, r.key)) %}{% if t %}<input type="checkbox" name="pick" id="pick-{{ loop.index }}" value='{{ [r.scope, r.key, t]|tojson }}' aria-label="Select {{ r.scope }} {{ r|short_key }}">{% endif %}</td>{% endif %}
   <td>{{ r.scope }}</td>
   <td><a class="key" href="/record?{{ {'scope': r.scope, 'key': r.key}|q }}">{{ r|short_key }}</a></td>
   {% if kind == 'reviews' %}<td>{{ r.reason }}</td><td>{{ r.status or 'gone' }}</td>
   {% elif kind == 'conflicts' %}<td>{{ r.occurrences }}</td><td>{% for c in r.changed_fields or [] %}{{ c.field }}{% if not loop.last %}, {% endif %}{% endfor %}</td>
   {% else %}<td>{{ r.attempt }}</td>{% endif %}
   <td>{{ r.waiting|interval }}</td>
-</tr>{% else %}<tr><td colspan="5">Nothing waits here.</td></tr>{% endfor %}
+</tr>{% else %}<tr><td colspan="6">Nothing waits here.</td></tr>{% endfor %}
 </tbody></table></div>
+{% if picks %}<fieldset><legend>Decide the selected records at once</legend>
+  <p><input type="radio" id="bulk-not_executed" name="resolution" value="not_executed" required> <label class="inline" for="bulk-not_executed">They were not executed (may run again)</label></p>
+  <p><input type="radio" id="bulk-failed" name="resolution" value="failed"> <label class="inline" for="bulk-failed">They failed (final)</label></p>
+  <p class="muted">A success names its target_ref: decide those one by one. Records of hash_keys scopes too (their key is typed in clear).</p>
+  <button type="submit" id="bulk-submit">Review the selection</button>
+</fieldset></form>{% endif %}
 {% if next %}<p><a href="/{{ kind }}?{{ next|q }}" rel="next">Next page</a></p>{% endif %}
 {% endblock %}
 """
@@ -264,5 +274,36 @@ SCOPE = """{% extends "base.html" %}{% block title %}Scope{% endblock %}{% block
 {% endblock %}
 """
 
+BULK = """{% extends "base.html" %}{% block title %}Decide many{% endblock %}{% block main %}
+{% if result %}
+<h1>Decided: {{ result.decided|length }} of {{ picks|length }}</h1>
+<p class="done" role="status" id="done">{{ result.decided|length }} record(s) resolved as {{ resolution }}{% if result.refused %}; {{ result.refused|length }} refused, not forced{% endif %}.</p>
+{% if result.refused %}<h2>Refused</h2>
+<div class="scroll" tabindex="0" role="region" aria-label="Refused records"><table id="refused"><thead><tr><th scope="col">Scope</th><th scope="col">Key</th><th scope="col">Why</th></tr></thead><tbody>
+{% for scope, key, why in result.refused %}<tr><td>{{ scope }}</td><td><a class="key" href="/record?{{ {'scope': scope, 'key': key}|q }}">{{ key }}</a></td><td>{{ why }}</td></tr>{% endfor %}
+</tbody></table></div>{% endif %}
+{% else %}
+<h1>Resolve {{ picks|length }} record(s) as {{ resolution }}</h1>
+{% if message %}<p class="message" role="alert" id="message">{{ message }}</p>{% endif %}
+<p id="count">{{ picks|length }} record(s) selected. Each is resolved only if it is still in the state it was selected in; the others are listed, not forced.</p>
+<h2>Sample</h2>
+<ul id="sample">{% for scope, key, t in picks[:10] %}<li>{{ scope }} / <a class="key" href="/record?{{ {'scope': scope, 'key': key}|q }}">{{ key }}</a></li>{% endfor %}
+{% if picks|length > 10 %}<li>and {{ picks|length - 10 }} more</li>{% endif %}</ul>
+<form method="post" action="/bulk"><fieldset><legend>One note for all</legend>
+  <input type="hidden" name="csrf" value="{{ session.csrf }}">
+  <input type="hidden" name="step" value="decide">
+  <input type="hidden" name="resolution" value="{{ resolution }}">
+  {% for scope, key, t in picks %}<input type="hidden" name="pick" value='{{ [scope, key, t]|tojson }}'>
+  {% endfor %}
+  <label for="bulk-note">Note (required: why)</label>
+  <textarea id="bulk-note" name="note" rows="2" required></textarea>
+  <p><input type="checkbox" id="bulk-confirm" name="confirm" value="yes" required>
+  <label class="inline" for="bulk-confirm">I have checked these {{ picks|length }} decisions; record them as mine ({{ session.role }})</label></p>
+  <button type="submit" id="bulk-decide">Resolve {{ picks|length }} record(s)</button>
+</fieldset></form>
+{% endif %}
+{% endblock %}
+"""
+
 TEMPLATES = {'base.html': BASE, 'login.html': LOGIN, 'error.html': ERROR, 'overview.html': OVERVIEW,
-             'queue.html': QUEUE, 'record.html': RECORD, 'scope.html': SCOPE}
+             'queue.html': QUEUE, 'record.html': RECORD, 'scope.html': SCOPE, 'bulk.html': BULK}
