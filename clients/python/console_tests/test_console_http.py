@@ -137,7 +137,10 @@ def test_a_conflict_resolved_meanwhile_is_refused(data, console, person):
     c = console()
     alice, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
     _, page, _, _ = alice.get(record_path('billing.charge', 'inv-9'))
-    data.sql("SELECT idempo.resolve_conflict(%s, 'dismissed', 'carol', 'dup')", (cid,), user='carol')
+    _, carol_page, _, _ = carol.get(record_path('billing.charge', 'inv-9'))
+    status, _, _, _ = carol.post('/decide', dict(carol.form(carol_page, 'resolve_conflict'), resolution='dismissed',
+                                                  note='dup', confirm='yes'))
+    assert status == 200
     status, body, _, _ = alice.post('/decide', dict(alice.form(page, 'resolve_conflict'), resolution='new_key',
                                                      note='sent again', confirm='yes'))
     assert status == 409 and 'changed since you read it' in body

@@ -16,7 +16,6 @@ import hashlib
 import json
 
 import psycopg
-from psycopg import sql  # noqa: F401  (kept for callers that compose queries)
 from psycopg.rows import dict_row
 
 PAGE = 50
@@ -71,8 +70,8 @@ def overview(conn):
     try:
         with conn.transaction():
             workers = conn.execute('SELECT kind, state, rounds, last_round_at FROM idempo.workers()').fetchall()
-    except psycopg.errors.InsufficientPrivilege:
-        workers = None
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+        workers = None      # not granted, or an edition without background workers
     return rows, oldest, oldest_unknown, workers
 
 

@@ -109,7 +109,7 @@ OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{%
 </tbody></table></div>
 <p class="muted">Bars: in progress (blue), unknown (ochre), in review (red), open conflicts (purple).</p>
 <h2>Sweeper</h2>
-{% if workers is none %}<p class="muted">Your role may not call idempo.workers().</p>
+{% if workers is none %}<p class="muted">idempo.workers() cannot be read here (your role may not call it, or the edition has no background worker).</p>
 {% elif not workers %}<p class="message">No launcher or sweeper runs: records whose lease ran out are not moved, retention does not run out (is idempo in shared_preload_libraries?).</p>
 {% else %}<table><thead><tr><th scope="col">Kind</th><th scope="col">State</th><th scope="col">Rounds</th><th scope="col">Last round</th></tr></thead><tbody>
 {% for w in workers %}<tr><td>{{ w.kind }}</td><td>{{ w.state }}</td><td>{{ w.rounds if w.rounds is not none else '' }}</td><td>{{ w.last_round_at|ts }}</td></tr>{% endfor %}
