@@ -307,3 +307,13 @@ def test_decide_many_refuses_what_the_role_may_not_see(data, console, person):
                                             'confirm': 'yes', 'pick': [pick]}, doseq=True)
     assert '0 record(s) resolved' in body and 'no such record' in body
     assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_hand_made_links_are_answered_not_crashed(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    for path in ('/reviews?after=2020-01-01T00:00:00%2B00:00|x', '/unknown?older_than=99999999999999999',
+                 '/unknown?after=nonsense', '/record?scope=&key=', '/scopes/%3Cscript%3E'):
+        status, body, _, _ = p.get(path)
+        assert status in (200, 400, 404), (path, status)
+        assert '<script>' not in body

@@ -69,6 +69,10 @@ class Sessions:
         sid = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self.lock:
+            # the sessions nobody came back to are forgotten (with their passwords)
+            for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
+                        or now - s.started > self.settings.max_seconds]:
+                del self.by_id[old]
             self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now)
         return sid
 
@@ -155,6 +159,8 @@ def create_app(settings):
                 return page(request, 'error.html', 403, s,
                             message=f'Your role may not read this: {e.diag.message_primary}. '
                                     'docs/console.md lists the grants the console needs.')
+            except psycopg.errors.DataException as e:       # a filter out of range, a hand-made link
+                return page(request, 'error.html', 400, s, message=f'Not understood: {e.diag.message_primary}.')
             finally:
                 await run_in_threadpool(conn.close)
         return handler
@@ -188,7 +194,8 @@ def create_app(settings):
         p = request.query_params
         age = p.get('older_than', '')
         return dict(scope=p.get('scope') or None, reason=p.get('reason') or None, q=p.get('q') or None,
-                    older_than=int(age) if age.isdigit() else None, after=p.get('after') or None)
+                    older_than=min(int(age), 10 ** 7) if age.isdigit() else None,   # minutes: 19 years at most
+                    after=p.get('after') or None)
 
     @signed_in
     def overview(request, s, conn, form):

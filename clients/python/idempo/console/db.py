@@ -86,6 +86,8 @@ def _after(after, n):
         datetime.datetime.fromisoformat(parts[0])
     except ValueError:
         return [None] * n
+    if n == 2 and not parts[1].isdigit():
+        return [None] * n
     return parts
 
 
