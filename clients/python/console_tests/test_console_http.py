@@ -317,3 +317,29 @@ def test_hand_made_links_are_answered_not_crashed(data, console, person):
         status, body, _, _ = p.get(path)
         assert status in (200, 400, 404), (path, status)
         assert '<script>' not in body
+
+
+def test_request_review_and_release(data, console, person):
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', audit => true,
+                retention => '2 seconds', lease => '1 second', verify_settle => '1 second', remember => '1 day')""")
+    data.sql("SELECT idempo.claim('billing.charge', 'inv-1', complete_on_commit => true)")
+    data.sql("SELECT idempo.claim('billing.refund', 'ref-1', complete_on_commit => true)")
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    assert 'id="release-submit"' not in body       # not remembered: nothing to release
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'request_review'), note='the customer disputes it',
+                                                 confirm='yes'))
+    assert status == 200 and 'Put in review' in body and data.status('billing.charge', 'inv-1') == 'in_review'
+    assert data.one("SELECT reason, detail FROM idempo.reviews WHERE key = 'inv-1'") == ('manual', 'the customer disputes it')
+    # a remembered key: its result expired (2 seconds of retention), its record kept for a day
+    deadline = time.monotonic() + 30
+    while not data.one("SELECT expires_at <= idempo.now() FROM idempo.operations WHERE key = 'ref-1'")[0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    _, body, _, _ = p.get(record_path('billing.refund', 'ref-1'))
+    assert 'id="review-submit"' not in body
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'release'), note='the refund must run again', confirm='yes'))
+    assert status == 200 and 'Released' in body, body
+    assert data.status('billing.refund', 'ref-1') is None
+    assert data.one("SELECT resolution, resolved_by, note FROM idempo.reviews WHERE key = 'ref-1'") == \
+        ('released', 'alice', 'the refund must run again')

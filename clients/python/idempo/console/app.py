@@ -250,7 +250,11 @@ def create_app(settings):
             try:
                 done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form)
                 log.info('decision %s', form.get('action', ''))
-                return RedirectResponse(back + '&' + urllib.parse.urlencode({'done': done}), status_code=303)
+                if form.get('action') == 'release':     # the record is gone: its scope's page says so
+                    back = f"/scopes/{urllib.parse.quote(scope, safe='')}?"
+                else:
+                    back += '&'
+                return RedirectResponse(back + urllib.parse.urlencode({'done': done}), status_code=303)
             except db.Refused as e:
                 problem = str(e)
                 status = 409 if e.stale else 422
@@ -297,7 +301,7 @@ def create_app(settings):
         sc = db.scope(conn, request.path_params['name'])
         if sc is None:
             return page(request, 'error.html', 404, s, message='There is no such scope among those you may see.')
-        return page(request, 'scope.html', session=s, sc=sc)
+        return page(request, 'scope.html', session=s, sc=sc, done=request.query_params.get('done'))
 
     async def css(request):
         return Response(CSS, media_type='text/css')

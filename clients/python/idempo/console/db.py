@@ -138,7 +138,8 @@ def record(conn, scope_name, key, history=True):
     s = scope(conn, scope_name)
     if s is None:
         return None
-    op = conn.execute('SELECT * FROM idempo.operations WHERE scope = %s AND key = %s', (scope_name, key)).fetchone()
+    op = conn.execute("""SELECT *, (status IN ('succeeded', 'failed') AND expires_at <= idempo.now()) AS remembered
+        FROM idempo.operations WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
     review = conn.execute("""SELECT id, reason, opened_at, waiting, detail, snapshot FROM idempo.review_queue
         WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
     conflicts_ = conn.execute("""SELECT id, occurrences, first_detected_at, last_detected_at, waiting, run_id,
@@ -271,4 +272,16 @@ def _call(conn, person, rec, action, note, form):
             raise Refused('Choose: kept stored, new key or dismissed.')
         conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
         return f'Conflict {cid} resolved: {resolution}.'
+    if action == 'request_review':
+        if op is None or rec['review'] is not None or op['status'] == 'in_review':
+            raise Refused('Only a record that is not in review can be put in review.')
+        rid = conn.execute('SELECT idempo.request_review(%s, %s, %s) AS r',
+                           (s, _clear_key(conn, rec, form), note)).fetchone()['r']
+        return f'Put in review (review {rid}).'
+    if action == 'release':
+        if op is None or not op['remembered']:
+            raise Refused('Only a remembered key (finished, its result expired) can be released.')
+        rid = conn.execute('SELECT idempo.release(%s, %s, %s, %s) AS r',
+                           (s, _clear_key(conn, rec, form), person, note)).fetchone()['r']
+        return f'Released: the next claim of the key runs the action again (review {rid}).'
     raise Refused('Unknown decision.')

@@ -224,6 +224,20 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
   <button type="submit" id="resolve-submit">Resolve</button>
 </fieldset></form>
 {% endif %}
+{% if op and op.status != 'in_review' and not rec.review and not op.remembered %}
+<form method="post" action="/decide"><fieldset><legend>Put in review (a person must decide)</legend>
+  {{ common('request_review', 'review') }}
+  {{ confirm('review') }}
+  <button type="submit" id="review-submit">Put in review</button>
+</fieldset></form>
+{% endif %}
+{% if op and op.remembered %}
+<form method="post" action="/decide"><fieldset><legend>Release this remembered key (the action may run again)</legend>
+  {{ common('release', 'release') }}
+  {{ confirm('release') }}
+  <button type="submit" id="release-submit">Release</button>
+</fieldset></form>
+{% endif %}
 {% endif %}
 
 {% for c in rec.conflicts %}
@@ -265,6 +279,7 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
 
 SCOPE = """{% extends "base.html" %}{% block title %}Scope{% endblock %}{% block main %}
 <h1>Scope {{ sc.name }}</h1>
+{% if done %}<p class="done" role="status" id="done">{{ done }}</p>{% endif %}
 {% if sc.description %}<p>{{ sc.description }}</p>{% endif %}
 <p><a href="/reviews?{{ {'scope': sc.name}|q }}">Open reviews</a> · <a href="/conflicts?{{ {'scope': sc.name}|q }}">Open conflicts</a> · <a href="/unknown?{{ {'scope': sc.name}|q }}">Unknown</a></p>
 <table><tbody>
