@@ -30,7 +30,10 @@ def _metadata(p):
     return (f'Metadata-Version: 2.1\nName: {NAME}\nVersion: {p["version"]}\nSummary: {p["summary"]}\n'
             f'Requires-Python: {p["requires_python"]}\nLicense: PostgreSQL\n'
             'Provides-Extra: psycopg\nRequires-Dist: psycopg>=3.1; extra == "psycopg"\n'
-            'Provides-Extra: psycopg2\nRequires-Dist: psycopg2>=2.8; extra == "psycopg2"\n')
+            'Provides-Extra: psycopg2\nRequires-Dist: psycopg2>=2.8; extra == "psycopg2"\n'
+            'Provides-Extra: console\nRequires-Dist: psycopg>=3.1; extra == "console"\n'
+            'Requires-Dist: starlette; extra == "console"\nRequires-Dist: uvicorn; extra == "console"\n'
+            'Requires-Dist: jinja2; extra == "console"\n')
 
 
 def _sources():

@@ -14,6 +14,44 @@ import sys
 import tempfile
 
 MUTANTS = [
+    # the review console (idempo/console): the fences between a person and a wrong decision
+    ('console-every-scope-visible', "the console shows every scope to every reviewer: a reviewer of the shop sees, and "
+     "decides, billing's records",
+     'idempo/console/db.py', "VISIBLE = \"\"\"(s.allowed_role IS NULL OR EXISTS (",
+     "VISIBLE = \"\"\"(true OR s.allowed_role IS NULL OR EXISTS (",
+     'console_tests/test_console_http.py::test_a_role_sees_and_decides_nothing_of_other_scopes'),
+    ('console-stale-page-decided', 'a decision taken on a page that went stale is made on the record as it is now',
+     'idempo/console/db.py', "            if rec['token'] != token:", "            if False:",
+     'console_tests/test_console_http.py::test_a_stale_page_is_refused_and_shows_the_new_state'),
+    ('console-read-committed', 'the decision runs in READ COMMITTED: a change committed between the check and '
+     "idempo's lock is decided on",
+     'idempo/console/db.py', "    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ",
+     "    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED",
+     'console_tests/test_console_http.py::test_a_change_committed_while_deciding_is_refused'),
+    ('console-reviewer-typed', 'the reviewer recorded is a name the form sends, not the signed-in role',
+     'idempo/console/app.py', "db.decide(conn, s.role, scope, key,", "db.decide(conn, form.get('reviewer') or s.role, scope, key,",
+     'console_tests/test_console_http.py::test_resolve_records_the_signed_in_person'),
+    ('console-bulk-forced', 'deciding many at once resolves a record that changed after it was selected',
+     'idempo/console/db.py', "            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution})",
+     "            decide(conn, person, scope_name, key, (record(conn, scope_name, key) or {}).get('token', ''), 'resolve', note,\n                   {'resolution': resolution})",
+     'console_tests/test_console_http.py::test_decide_fifty_at_once_with_one_changed_meanwhile'),
+    ('console-read-only-decides', '--read-only hides the forms but a decision sent anyway is taken',
+     'idempo/console/app.py', "        if settings.read_only:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
+     "        if False:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
+     'console_tests/test_console_http.py::test_read_only_offers_and_takes_no_decision'),
+    ('console-keyset-repeats', "a queue's next page starts at the last row shown, not after it: rows repeat",
+     'idempo/console/db.py', "OR (x.last_attempt_at, x.scope, x.key) > (", "OR (x.last_attempt_at, x.scope, x.key) >= (",
+     'console_tests/test_console_http.py::test_queues_page_by_keyset'),
+    ('console-csrf-unchecked', "a decision is taken without the session's CSRF token: another site's form decides "
+     'as the signed-in reviewer',
+     'idempo/console/app.py', "if form is None or not hmac.compare_digest(form.get('csrf', ''), s.csrf):",
+     "if form is None:", 'console_tests/test_console_http.py::test_every_change_needs_the_sessions_csrf_token'),
+    ('console-no-autoescape', 'values are written into pages unescaped: a key <script> runs in the reviewer\'s browser',
+     'idempo/console/app.py', "autoescape=True,", "autoescape=False,",
+     'console_tests/test_console_http.py::test_a_script_key_is_shown_as_text'),
+    ('console-session-never-expires', 'a session opens pages however long it has been idle',
+     'idempo/console/app.py', "if now - s.seen > self.settings.idle_seconds or", "if False and now - s.seen > self.settings.idle_seconds or",
+     'console_tests/test_console_http.py::test_sessions_expire'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
      'idempo/http.py', "wait=False, lease=route.lease, fast=True, verify_unknown=verify))",

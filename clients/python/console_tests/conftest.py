@@ -1,0 +1,242 @@
+"""The console's tests: a fresh database per test, the console started as `python3 -m
+idempo.console` on it, and people who sign in with their own roles.
+
+The server that PGHOST, PGPORT and PGUSER (a superuser) name must ask the console's roles for
+their passwords (scram-sha-256 or md5 in pg_hba.conf; the run script sets that up), and have
+idempo installable.  The roles (alice, carol: reviewers of billing; bob: reviewer of the shop)
+are made once per server.
+"""
+import html
+import http.cookiejar
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import psycopg
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PASSWORDS = {'alice': 'alice-pw', 'bob': 'bob-pw', 'carol': 'carol-pw'}
+
+ROLES = """
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_billing_app') THEN CREATE ROLE console_billing_app; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_shop_app') THEN CREATE ROLE console_shop_app; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_reviewer') THEN CREATE ROLE console_reviewer; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'alice') THEN CREATE ROLE alice LOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'carol') THEN CREATE ROLE carol LOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'bob') THEN CREATE ROLE bob LOGIN; END IF;
+END $$;
+ALTER ROLE alice LOGIN PASSWORD 'alice-pw';
+ALTER ROLE carol LOGIN PASSWORD 'carol-pw';
+ALTER ROLE bob LOGIN PASSWORD 'bob-pw';
+GRANT console_reviewer, console_billing_app TO alice, carol;
+GRANT console_reviewer, console_shop_app TO bob;
+"""
+
+# docs/console.md's grant set
+GRANTS = """
+GRANT USAGE ON SCHEMA idempo TO console_reviewer;
+GRANT SELECT ON idempo.scopes, idempo.operations, idempo.events, idempo.review_queue, idempo.conflict_queue,
+    idempo.stats TO console_reviewer;
+GRANT EXECUTE ON FUNCTION
+    idempo.resolve(text, text, text, text, text, jsonb, text),
+    idempo.verify(text, text, integer, boolean, text, jsonb),
+    idempo.resolve_conflict(bigint, text, text, text),
+    idempo.request_review(text, text, text),
+    idempo.release(text, text, text, text),
+    idempo.lookup(text, text)
+TO console_reviewer;
+SELECT name FROM idempo.create_scope('billing.charge', allowed_role => 'console_billing_app', store_params => true,
+    audit => true, lease => '1 minute', verify_settle => '10 seconds');
+SELECT name FROM idempo.create_scope('shop.order', allowed_role => 'console_shop_app', store_params => true,
+    audit => true, lease => '1 minute');
+SELECT name FROM idempo.create_scope('signup.mail', allowed_role => 'console_billing_app', hash_keys => true,
+    audit => true, lease => '1 minute');
+"""
+
+
+def admin(dbname='postgres'):
+    return psycopg.connect(dbname=dbname, autocommit=True)
+
+
+@pytest.fixture
+def database(request):
+    name = 'idempo_console_' + re.sub(r'\W', '_', request.node.name.lower())[:40]
+    with admin() as c:
+        c.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+        c.execute(f'CREATE DATABASE {name}')
+        c.execute(ROLES)
+    with admin(name) as c:
+        c.execute('CREATE EXTENSION idempo')
+        c.execute(GRANTS)
+    return name
+
+
+class Data:
+    """Records made the way applications and the sweep make them, as the superuser."""
+
+    def __init__(self, dbname):
+        self.dbname = dbname
+
+    def sql(self, query, args=None, user=None):
+        """As the superuser, or as one of the people (their own connection, as the console's)."""
+        if user:
+            c = psycopg.connect(dbname=self.dbname, user=user, password=PASSWORDS[user], autocommit=True)
+        else:
+            c = admin(self.dbname)
+        with c:
+            cur = c.execute(query, args)
+            return cur.fetchall() if cur.description else None
+
+    def one(self, query, args=None):
+        with admin(self.dbname) as c:
+            return c.execute(query, args).fetchone()
+
+    def unknown(self, scope, keys, params=None):
+        """Claims the keys, then lets their leases run out (the sweep, 10 minutes later)."""
+        with admin(self.dbname) as c:
+            for k in keys:
+                c.execute('SELECT idempo.claim(%s, %s, params => %s)', (scope, k, psycopg.types.json.Jsonb(params or {'amount': 10})))
+            c.execute("SET idempo.clock_offset = '10 minutes'")
+            c.execute('SELECT idempo.sweep(100000)')
+
+    def conflict(self, scope, key, stored, incoming):
+        with admin(self.dbname) as c:
+            c.execute('SELECT idempo.claim(%s, %s, params => %s, complete_on_commit => true)',
+                      (scope, key, psycopg.types.json.Jsonb(stored)))
+        with admin(self.dbname) as c:
+            assert c.execute('SELECT outcome FROM idempo.claim(%s, %s, params => %s)',
+                             (scope, key, psycopg.types.json.Jsonb(incoming))).fetchone()[0] == 'conflict'
+        # the conflict is recorded after the claim's transaction, by the sweeper: wait for it
+        deadline = time.monotonic() + 60
+        while not self.one('SELECT id FROM idempo.conflict_queue WHERE scope = %s AND key = %s', (scope, key)):
+            assert time.monotonic() < deadline, 'the conflict was never recorded'
+            time.sleep(0.05)
+        return self.one('SELECT id FROM idempo.conflict_queue WHERE scope = %s AND key = %s', (scope, key))[0]
+
+    def status(self, scope, key):
+        row = self.one('SELECT status FROM idempo.operations WHERE scope = %s AND key = %s', (scope, key))
+        return row and row[0]
+
+
+@pytest.fixture
+def data(database):
+    return Data(database)
+
+
+def free_port():
+    base = os.environ.get('IDEMPO_CONSOLE_TEST_PORT')
+    if base:
+        return int(base)
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class Console:
+    def __init__(self, dbname, *args):
+        self.port = free_port()
+        self.url = f'http://127.0.0.1:{self.port}'
+        dsn = f"dbname={dbname} host={os.environ.get('PGHOST', '')} port={os.environ.get('PGPORT', '5432')}"
+        self.log = open(os.path.join(os.environ.get('IDEMPO_CONSOLE_TEST_LOGDIR', '/tmp'),
+                                     f'console-{self.port}.log'), 'w+')
+        self.proc = subprocess.Popen([sys.executable, '-m', 'idempo.console', '--dsn', dsn,
+                                      '--listen', f'127.0.0.1:{self.port}', *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(('127.0.0.1', self.port), timeout=1):
+                    break
+            except OSError:
+                assert self.proc.poll() is None, 'the console did not start: ' + self.logs()
+                assert time.monotonic() < deadline, 'the console does not listen: ' + self.logs()
+                time.sleep(0.05)
+
+    def logs(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def console(database):
+    started = []
+
+    def start(*args):
+        c = Console(database, *args)
+        started.append(c)
+        return c
+    yield start
+    for c in started:
+        c.stop()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+class Person:
+    """A browser without a browser: cookies, forms, redirects followed."""
+
+    def __init__(self, console):
+        self.console = console
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+        self.raw = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), NoRedirect)
+
+    def request(self, path, form=None, follow=True, doseq=False):
+        body = urllib.parse.urlencode(form, doseq=doseq).encode() if form is not None else None
+        try:
+            with (self.opener if follow else self.raw).open(self.console.url + path, body, timeout=30) as r:
+                return r.status, r.read().decode(), r.headers, r.url
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), e.headers, e.url
+
+    def get(self, path, **kw):
+        return self.request(path, **kw)
+
+    def post(self, path, form, **kw):
+        """doseq=True: a list is sent as the field repeated."""
+        return self.request(path, form, **kw)
+
+    def sign_in(self, role, password=None):
+        status, body, _, _ = self.post('/login', {'role': role, 'password': password or PASSWORDS[role]})
+        assert status == 200 and f'<strong id="whoami">{role}</strong>' in body, body
+        return self
+
+    def forms(self, body):
+        """The page's POST forms as dicts of their hidden fields, by their action field."""
+        out = []
+        for f in re.findall(r'<form method="post" action="/decide">(.*?)</form>', body, re.S):
+            out.append({html.unescape(n): html.unescape(v) for n, v in
+                        re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', f)})
+        return out
+
+    def form(self, body, action, **fields):
+        for f in self.forms(body):
+            if f['action'] == action and all(f.get(k) == v for k, v in fields.items()):
+                return f
+        raise AssertionError(f'no {action} form on the page')
+
+
+@pytest.fixture
+def person():
+    return Person
+
+
+def text_of(body):
+    """The page's text, as a person reads it (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r'<[^>]+>', ' ', body))

@@ -1,0 +1,345 @@
+"""The console over HTTP, as a browser without JavaScript uses it: sign-in, sessions, CSRF,
+headers, what each person sees, deciding, and a decision on a page that went stale."""
+import html
+import re
+import threading
+import time
+import urllib.parse
+
+import psycopg
+
+from conftest import text_of
+
+
+def record_path(scope, key):
+    return '/record?' + urllib.parse.urlencode({'scope': scope, 'key': key})
+
+
+def test_sign_in_with_the_role_and_its_password(data, console, person):
+    c = console()
+    p = person(c)
+    status, body, headers, url = p.get('/')
+    assert url.endswith('/login') and 'Sign in' in body               # not signed in: the sign-in page
+    status, body, _, _ = p.post('/login', {'role': 'alice', 'password': 'wrong'})
+    assert status == 401 and 'Sign-in failed' in body and 'wrong' not in body
+    status, body, _, _ = p.post('/login', {'role': 'nobody', 'password': 'x'})
+    assert status == 401
+    p.sign_in('alice')
+    status, body, headers, _ = p.get('/')
+    assert status == 200 and 'Signed in as' in body
+    csp = headers['Content-Security-Policy']
+    assert "default-src 'none'" in csp and 'script-src' not in csp and "frame-ancestors 'none'" in csp
+    cookie = headers.get('Set-Cookie') or ''
+    assert 'alice-pw' not in body and 'alice-pw' not in cookie
+    assert 'alice-pw' not in c.logs() and 'alice' not in c.logs()    # neither the password nor who signs in
+    # signing out ends the session: the same cookie no longer opens a page
+    form = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
+    p.post('/logout', {'csrf': form})
+    status, body, _, url = p.get('/')
+    assert url.endswith('/login')
+
+
+def test_sessions_expire(data, console, person):
+    c = console('--session-minutes', '0')
+    p = person(c)
+    p.post('/login', {'role': 'alice', 'password': 'alice-pw'}, follow=False)
+    status, body, _, url = p.get('/')
+    assert url.endswith('/login'), 'a session past its idle time still opened a page'
+
+
+def test_every_change_needs_the_sessions_csrf_token(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    form = p.form(body, 'resolve')
+    for csrf in (None, '', 'forged'):
+        f = dict(form, resolution='failed', note='n', confirm='yes')
+        if csrf is None:
+            del f['csrf']
+        else:
+            f['csrf'] = csrf
+        status, body, _, _ = p.post('/decide', f)
+        assert status == 403 and 'not valid' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_a_decision_needs_a_note_and_the_confirmation(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    form = p.form(body, 'resolve')
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='  ', confirm='yes'))
+    assert status == 422 and 'needs a note' in body
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='why'))
+    assert status == 422 and 'confirmation' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_resolve_records_the_signed_in_person(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-1', 'the customer asks')")
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='succeeded', target_ref='ch_77',
+                                                 note='found in the provider', confirm='yes', reviewer='mallory'))
+    assert status == 200 and 'Resolved as succeeded' in body, body
+    assert data.status('billing.charge', 'inv-1') == 'succeeded'
+    assert data.one("SELECT target_ref FROM idempo.operations WHERE key = 'inv-1'")[0] == 'ch_77'
+    # the history shows the decision, made by alice (the role), whatever a form says
+    assert re.search(r'<td>resolve</td><td>in_review</td><td>succeeded</td><td>1</td><td></td><td>alice</td>', body)
+    assert data.one("SELECT actor FROM idempo.events WHERE action = 'resolve'")[0] == 'alice'
+    assert data.one("SELECT resolved_by, note FROM idempo.reviews WHERE key = 'inv-1'") == ('alice', 'found in the provider')
+
+
+def test_verify_and_resolve_a_conflict(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10, 'currency': 'EUR'}, {'amount': 12, 'currency': 'EUR'})
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'verify'), found='true', target_ref='ch_1',
+                                                 note='seen in the provider', confirm='yes'))
+    assert status == 200 and 'Verified (found)' in body
+    assert data.status('billing.charge', 'inv-1') == 'succeeded'
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-9'))
+    assert '<tr class="differs"><th scope="row">amount (differs)</th>' in body
+    assert 'currency (differs)' not in body
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve_conflict', conflict_id=str(cid)),
+                                                 resolution='kept_stored', note='the first order stands', confirm='yes'))
+    assert status == 200 and f'Conflict {cid} resolved' in body
+    assert data.one('SELECT resolved_by, resolution, note FROM idempo.conflicts WHERE id = %s', (cid,)) == \
+        ('alice', 'kept_stored', 'the first order stands')
+
+
+def test_a_stale_page_is_refused_and_shows_the_new_state(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    c = console()
+    alice, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
+    _, alice_page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    _, carol_page, _, _ = carol.get(record_path('billing.charge', 'inv-1'))
+    # carol decides first: not executed (the record becomes retryable)
+    status, body, _, _ = carol.post('/decide', dict(carol.form(carol_page, 'resolve'), resolution='not_executed',
+                                                     note='not in the provider', confirm='yes'))
+    assert status == 200 and data.status('billing.charge', 'inv-1') == 'retryable'
+    # the application claims it again and the new attempt's lease runs out: unknown again, the
+    # status alice's page showed, but not the same record
+    data.unknown('billing.charge', ['inv-1'])
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    status, body, _, _ = alice.post('/decide', dict(alice.form(alice_page, 'resolve'), resolution='succeeded',
+                                                     target_ref='ch_1', note='found it', confirm='yes'))
+    assert status == 409 and 'changed since you read it' in body and 'nothing was decided' in body
+    assert '<dd id="status">unknown</dd>' in body and '<dt>Attempt</dt><dd>2' in body   # the new state: attempt 2
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    assert data.one("SELECT count(*) FROM idempo.events WHERE action = 'resolve' AND actor = 'alice'")[0] == 0
+
+
+def test_a_conflict_resolved_meanwhile_is_refused(data, console, person):
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10}, {'amount': 12})
+    c = console()
+    alice, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-9'))
+    _, carol_page, _, _ = carol.get(record_path('billing.charge', 'inv-9'))
+    status, _, _, _ = carol.post('/decide', dict(carol.form(carol_page, 'resolve_conflict'), resolution='dismissed',
+                                                  note='dup', confirm='yes'))
+    assert status == 200
+    status, body, _, _ = alice.post('/decide', dict(alice.form(page, 'resolve_conflict'), resolution='new_key',
+                                                     note='sent again', confirm='yes'))
+    assert status == 409 and 'changed since you read it' in body
+    assert data.one('SELECT resolved_by, resolution FROM idempo.conflicts WHERE id = %s', (cid,)) == ('carol', 'dismissed')
+
+
+def test_a_role_sees_and_decides_nothing_of_other_scopes(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2'])
+    data.unknown('shop.order', ['order-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-2', 'manual')")
+    cid = data.conflict('billing.charge', 'inv-9', {'amount': 10}, {'amount': 12})
+    c = console()
+    alice, bob = person(c).sign_in('alice'), person(c).sign_in('bob')
+    for path in ('/', '/unknown', '/reviews', '/conflicts', '/unknown?scope=billing.charge',
+                 '/reviews?scope=billing.charge', '/conflicts?q=inv-9', '/unknown?q=inv-1'):
+        _, body, _, _ = bob.get(path)
+        assert 'billing' not in body and 'inv-' not in body, path
+    _, body, _, _ = bob.get('/unknown')
+    assert 'order-1' in body
+    for path in (record_path('billing.charge', 'inv-1'), '/scopes/billing.charge'):
+        status, body, _, _ = bob.get(path)
+        assert status == 404 and 'inv-1' not in body and 'amount' not in body
+    # a form copied from alice's page, sent with bob's session: refused, nothing decided
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    _, own, _, _ = bob.get('/unknown')
+    bob_csrf = re.search(r'name="csrf" value="([^"]+)"', own).group(1)
+    status, body, _, _ = bob.post('/decide', dict(alice.form(page, 'resolve'), csrf=bob_csrf, resolution='failed',
+                                                   note='x', confirm='yes'))
+    assert status in (403, 404) and data.status('billing.charge', 'inv-1') == 'unknown'
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-9'))
+    status, body, _, _ = bob.post('/decide', dict(alice.form(page, 'resolve_conflict'), csrf=bob_csrf,
+                                                   resolution='dismissed', note='x', confirm='yes'))
+    assert status in (403, 404)
+    assert data.one('SELECT resolved_at FROM idempo.conflicts WHERE id = %s', (cid,))[0] is None
+
+
+def test_a_script_key_is_shown_as_text(data, console, person):
+    key = '<script>alert(1)</script>"\'&'
+    data.unknown('billing.charge', [key])
+    p = person(console()).sign_in('alice')
+    for path in ('/unknown', '/', record_path('billing.charge', key)):
+        _, body, _, _ = p.get(path)
+        assert '<script>' not in body, path
+        assert key[:16] in text_of(body), path
+    assert key in text_of(body)      # the record page: the whole key, as text
+    _, body, _, _ = p.get(record_path('billing.charge', key))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='failed', note='<b>n</b>', confirm='yes'))
+    assert status == 200 and data.status('billing.charge', key) == 'failed'
+
+
+def test_a_hash_keys_scope_is_searched_by_digest_never_shown_in_clear(data, console, person):
+    data.unknown('signup.mail', ['carol@example.com', 'dave@example.com'])
+    digest = data.one("SELECT idempo.stored_key('signup.mail', 'carol@example.com')")[0]
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get('/unknown?' + urllib.parse.urlencode({'q': 'carol@example.com'}))
+    assert digest in body and 'carol@example.com' not in body
+    assert data.one("SELECT idempo.stored_key('signup.mail', 'dave@example.com')")[0] not in body
+    _, body, _, _ = p.get(record_path('signup.mail', digest))
+    assert 'carol@example.com' not in body
+    form = p.form(body, 'resolve')
+    status, body, _, _ = p.post('/decide', dict(form, clear_key='dave@example.com', resolution='failed', note='n',
+                                                 confirm='yes'))
+    assert status == 422 and 'does not hash to this record' in body
+    status, body, _, _ = p.post('/decide', dict(form, clear_key='carol@example.com', resolution='failed', note='n',
+                                                 confirm='yes'))
+    assert status == 200 and 'carol@example.com' not in body
+    assert data.status('signup.mail', digest) == 'failed'
+
+
+def test_queues_page_by_keyset(data, console, person):
+    keys = [f'inv-{i:03}' for i in range(120)]
+    data.unknown('billing.charge', keys)
+    p = person(console()).sign_in('alice')
+    seen, path = [], '/unknown?scope=billing.charge'
+    while path:
+        _, body, _, _ = p.get(path)
+        seen += re.findall(r'class="key" href="[^"]+">(inv-\d+)</a>', body)
+        m = re.search(r'<a href="([^"]+)" rel="next">', body)
+        path = m and m.group(1).replace('&amp;', '&')
+    assert sorted(seen) == keys and len(seen) == 120
+
+
+def test_read_only_offers_and_takes_no_decision(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console('--read-only')).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    assert '/decide' not in body
+    csrf = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
+    status, body, _, _ = p.post('/decide', {'csrf': csrf, 'action': 'resolve', 'scope': 'billing.charge', 'key': 'inv-1',
+                                            'resolution': 'failed', 'note': 'n', 'confirm': 'yes', 'token': ''})
+    assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_a_change_committed_while_deciding_is_refused(data, console, person):
+    """The record changes after the console compared it with the page and before idempo's
+    function locks it: the function's lock meets a row changed after the transaction's snapshot
+    and the decision is refused as stale (under READ COMMITTED it would decide on the new attempt)."""
+    data.unknown('billing.charge', ['inv-1'])
+    c = console()
+    alice = person(c).sign_in('alice')
+    _, page, _, _ = alice.get(record_path('billing.charge', 'inv-1'))
+    with psycopg.connect(dbname=data.dbname) as other:      # carol's transaction, kept open
+        other.execute("SELECT idempo.resolve('billing.charge', 'inv-1', 'not_executed', 'carol', note => 'no')")
+        other.execute("SELECT idempo.claim('billing.charge', 'inv-1', params => '{\"amount\": 10}')")
+        other.execute("SET LOCAL idempo.clock_offset = '30 minutes'")
+        other.execute('SELECT idempo.sweep(100000)')
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=alice.post('/decide', dict(
+            alice.form(page, 'resolve'), resolution='succeeded', target_ref='ch_1', note='found', confirm='yes'))))
+        t.start()
+        # the console's transaction waits for the record's lock: then carol commits
+        deadline = time.monotonic() + 60
+        while not data.one("""SELECT 1 FROM pg_stat_activity WHERE application_name = 'idempo console'
+                                 AND wait_event_type = 'Lock'"""):
+            assert time.monotonic() < deadline and t.is_alive(), f'the decision did not wait for the lock: {answer}'
+            time.sleep(0.02)
+        other.commit()
+    t.join(60)
+    status, body, _, _ = answer['r']
+    assert status == 409 and 'changed while you decided' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+    assert data.one("SELECT attempt FROM idempo.operations WHERE key = 'inv-1'")[0] == 2
+
+
+def test_decide_fifty_at_once_with_one_changed_meanwhile(data, console, person):
+    keys = [f'inv-{i:02}' for i in range(50)]
+    data.unknown('billing.charge', keys)
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/unknown?scope=billing.charge')
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    picks = [html.unescape(v) for v in re.findall(r'name="pick" id="pick-\d+" value=\'([^\']*)\'', page)]
+    assert len(picks) == 50
+    # the selection, counted and sampled, before anything is decided
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'review', 'resolution': 'not_executed', 'pick': picks},
+                                doseq=True)
+    assert status == 200 and '50 record(s) selected' in body and 'inv-00' in body and 'and 40 more' in body
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'unknown'")[0] == 50
+    confirm = [html.unescape(v) for v in re.findall(r'name="pick" value=\'([^\']*)\'', body)]
+    assert sorted(confirm) == sorted(picks)
+    # meanwhile carol decides one of them
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-07', 'failed', 'carol', note => 'declined')", user='carol')
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'decide', 'resolution': 'not_executed',
+                                          'note': 'none reached the provider', 'confirm': 'yes', 'pick': confirm},
+                                doseq=True)
+    assert status == 200 and '49 record(s) resolved as not_executed; 1 refused, not forced' in body
+    refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
+    assert 'inv-07' in refused and 'changed since you read it' in refused and 'inv-08' not in refused
+    assert data.sql("SELECT status::text, count(*) FROM idempo.operations GROUP BY 1 ORDER BY 1") == \
+        [('failed', 1), ('retryable', 49)]
+    assert data.one("SELECT resolved_by FROM idempo.reviews WHERE key = 'inv-07'") is None   # (no review: unknown)
+    assert data.one("SELECT count(*) FROM idempo.events WHERE action = 'resolve' AND actor = 'alice'")[0] == 49
+
+
+def test_decide_many_refuses_what_the_role_may_not_see(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    data.unknown('shop.order', ['order-1'])
+    c = console()
+    alice, bob = person(c).sign_in('alice'), person(c).sign_in('bob')
+    _, page, _, _ = alice.get('/unknown?scope=billing.charge')
+    pick = html.unescape(re.search(r'name="pick" id="pick-\d+" value=\'([^\']*)\'', page).group(1))
+    _, own, _, _ = bob.get('/unknown')
+    csrf = re.search(r'name="csrf" value="([^"]+)"', own).group(1)
+    status, body, _, _ = bob.post('/bulk', {'csrf': csrf, 'step': 'decide', 'resolution': 'failed', 'note': 'x',
+                                            'confirm': 'yes', 'pick': [pick]}, doseq=True)
+    assert '0 record(s) resolved' in body and 'no such record' in body
+    assert data.status('billing.charge', 'inv-1') == 'unknown'
+
+
+def test_hand_made_links_are_answered_not_crashed(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    p = person(console()).sign_in('alice')
+    for path in ('/reviews?after=2020-01-01T00:00:00%2B00:00|x', '/unknown?older_than=99999999999999999',
+                 '/unknown?after=nonsense', '/record?scope=&key=', '/scopes/%3Cscript%3E'):
+        status, body, _, _ = p.get(path)
+        assert status in (200, 400, 404), (path, status)
+        assert '<script>' not in body
+
+
+def test_request_review_and_release(data, console, person):
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', audit => true,
+                retention => '2 seconds', lease => '1 second', verify_settle => '1 second', remember => '1 day')""")
+    data.sql("SELECT idempo.claim('billing.charge', 'inv-1', complete_on_commit => true)")
+    data.sql("SELECT idempo.claim('billing.refund', 'ref-1', complete_on_commit => true)")
+    p = person(console()).sign_in('alice')
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    assert 'id="release-submit"' not in body       # not remembered: nothing to release
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'request_review'), note='the customer disputes it',
+                                                 confirm='yes'))
+    assert status == 200 and 'Put in review' in body and data.status('billing.charge', 'inv-1') == 'in_review'
+    assert data.one("SELECT reason, detail FROM idempo.reviews WHERE key = 'inv-1'") == ('manual', 'the customer disputes it')
+    # a remembered key: its result expired (2 seconds of retention), its record kept for a day
+    deadline = time.monotonic() + 30
+    while not data.one("SELECT expires_at <= idempo.now() FROM idempo.operations WHERE key = 'ref-1'")[0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    _, body, _, _ = p.get(record_path('billing.refund', 'ref-1'))
+    assert 'id="review-submit"' not in body
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'release'), note='the refund must run again', confirm='yes'))
+    assert status == 200 and 'Released' in body, body
+    assert data.status('billing.refund', 'ref-1') is None
+    assert data.one("SELECT resolution, resolved_by, note FROM idempo.reviews WHERE key = 'ref-1'") == \
+        ('released', 'alice', 'the refund must run again')

@@ -1,0 +1,336 @@
+"""The console's web application (Starlette, run by uvicorn; pages rendered on the server)."""
+import dataclasses
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+import urllib.parse
+
+import jinja2
+import psycopg
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from . import db
+from .templates import CSS, TEMPLATES
+
+log = logging.getLogger('idempo.console')
+
+COOKIE = 'idempo_console'
+TITLES = {'reviews': 'Open reviews', 'conflicts': 'Open conflicts', 'unknown': 'Unknown operations'}
+MAX_FORM = 1024 * 1024
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+       "frame-ancestors 'none'; base-uri 'none'")
+
+
+class Form(dict):
+    """A posted form: each field's first value, and all of them (getall) for repeated ones."""
+
+    def __init__(self, parsed):
+        super().__init__({k: v[0] for k, v in parsed.items()})
+        self.lists = parsed
+
+    def getall(self, name):
+        return self.lists.get(name, [])
+
+
+@dataclasses.dataclass
+class Settings:
+    dsn: str
+    read_only: bool = False
+    idle_seconds: int = 1800
+    max_seconds: int = 8 * 3600
+    secure_cookies: bool = False
+
+
+@dataclasses.dataclass
+class Session:
+    role: str
+    password: str = dataclasses.field(repr=False)
+    csrf: str
+    started: float
+    seen: float
+
+
+class Sessions:
+    """In memory only: the password a person signed in with never leaves the process (the
+    cookie holds a random id), and a restart signs everybody out."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.by_id = {}
+        self.lock = threading.Lock()
+
+    def new(self, role, password):
+        sid = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self.lock:
+            # the sessions nobody came back to are forgotten (with their passwords)
+            for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
+                        or now - s.started > self.settings.max_seconds]:
+                del self.by_id[old]
+            self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now)
+        return sid
+
+    def get(self, sid):
+        if not sid:
+            return None
+        now = time.monotonic()
+        with self.lock:
+            s = self.by_id.get(sid)
+            if s is None:
+                return None
+            if now - s.seen > self.settings.idle_seconds or now - s.started > self.settings.max_seconds:
+                del self.by_id[sid]
+                return None
+            s.seen = now
+            return s
+
+    def end(self, sid):
+        with self.lock:
+            self.by_id.pop(sid, None)
+
+
+def _interval(v):
+    """An interval as a person reads it: 3 d 4 h, 12 min, 40 s."""
+    if v is None:
+        return ''
+    secs = int(v.total_seconds())
+    d, r = divmod(secs, 86400)
+    h, r = divmod(r, 3600)
+    m, s = divmod(r, 60)
+    if d:
+        return f'{d} d {h} h'
+    if h:
+        return f'{h} h {m} min'
+    if m:
+        return f'{m} min'
+    return f'{s} s'
+
+
+def _short_key(row):
+    """A key for a list: a digest (hash_keys scopes) shortened, never anything in clear."""
+    return row['key'][:16] + '…' if row.get('hash_keys') else row['key']
+
+
+def create_app(settings):
+    env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters['interval'] = _interval
+    env.filters['short_key'] = _short_key
+    env.filters['ts'] = lambda t: t.strftime('%Y-%m-%d %H:%M:%S %Z') if t else ''
+    env.filters['q'] = lambda d: urllib.parse.urlencode({k: v for k, v in d.items() if v not in (None, '')})
+    sessions = Sessions(settings)
+
+    def page(request, name, status=200, session=None, **ctx):
+        body = env.get_template(name).render(session=session, read_only=settings.read_only, path=request.url.path,
+                                             **ctx)
+        return HTMLResponse(body, status_code=status)
+
+    async def form_of(request):
+        body = await request.body()
+        if len(body) > MAX_FORM:
+            return None
+        return Form(urllib.parse.parse_qs(body.decode('utf-8', 'replace'), keep_blank_values=True))
+
+    def signed_in(fn):
+        async def handler(request):
+            s = sessions.get(request.cookies.get(COOKIE))
+            if s is None:
+                return RedirectResponse('/login', status_code=303)
+            form = None
+            if request.method == 'POST':
+                form = await form_of(request)
+                # every change carries the session's token (and SameSite=Strict cookies besides)
+                if form is None or not hmac.compare_digest(form.get('csrf', ''), s.csrf):
+                    return page(request, 'error.html', 403, s, message='This form is not valid (expired or not from this console). Reload the page.')
+            try:
+                conn = await run_in_threadpool(db.connect, settings.dsn, s.role, s.password)
+            except psycopg.OperationalError:
+                sessions.end(request.cookies.get(COOKIE))
+                return RedirectResponse('/login', status_code=303)
+            try:
+                return await run_in_threadpool(fn, request, s, conn, form)
+            except psycopg.errors.InsufficientPrivilege as e:
+                return page(request, 'error.html', 403, s,
+                            message=f'Your role may not read this: {e.diag.message_primary}. '
+                                    'docs/console.md lists the grants the console needs.')
+            except psycopg.errors.DataException as e:       # a filter out of range, a hand-made link
+                return page(request, 'error.html', 400, s, message=f'Not understood: {e.diag.message_primary}.')
+            finally:
+                await run_in_threadpool(conn.close)
+        return handler
+
+    async def login(request):
+        if request.method == 'GET':
+            return page(request, 'login.html', message=None)
+        form = await form_of(request) or {}
+        role, password = form.get('role', ''), form.get('password', '')
+        if not role or not password:
+            return page(request, 'login.html', 400, message='Give your role and its password.')
+        try:
+            conn = await run_in_threadpool(db.connect, settings.dsn, role, password)
+            await run_in_threadpool(conn.close)
+        except psycopg.OperationalError:
+            log.info('sign-in refused for a role')   # never the name or the password
+            return page(request, 'login.html', 401, message='Sign-in failed: that role and password were not accepted.')
+        sid = sessions.new(role, password)
+        r = RedirectResponse('/', status_code=303)
+        r.set_cookie(COOKIE, sid, httponly=True, samesite='strict', secure=settings.secure_cookies, path='/')
+        return r
+
+    @signed_in
+    def logout(request, s, conn, form):
+        sessions.end(request.cookies.get(COOKIE))
+        r = RedirectResponse('/login', status_code=303)
+        r.delete_cookie(COOKIE, path='/')
+        return r
+
+    def filters(request):
+        p = request.query_params
+        age = p.get('older_than', '')
+        return dict(scope=p.get('scope') or None, reason=p.get('reason') or None, q=p.get('q') or None,
+                    older_than=min(int(age), 10 ** 7) if age.isdigit() else None,   # minutes: 19 years at most
+                    after=p.get('after') or None)
+
+    @signed_in
+    def overview(request, s, conn, form):
+        rows, oldest, oldest_unknown, workers = db.overview(conn)
+        top = max([1] + [r['in_progress'] + r['unknown'] + r['in_review'] + r['open_conflicts'] for r in rows])
+        return page(request, 'overview.html', session=s, rows=rows, oldest=oldest, oldest_unknown=oldest_unknown,
+                    workers=workers, top=top, role=db.whoami(conn))
+
+    def queue(kind, fetch, after_of):
+        @signed_in
+        def handler(request, s, conn, form):
+            f = filters(request)
+            args = {k: v for k, v in f.items() if k != 'reason' or kind == 'reviews'}
+            rows = fetch(conn, **args)
+            more = len(rows) > db.PAGE
+            rows = rows[:db.PAGE]
+            nxt = dict(f, after=after_of(rows[-1])) if more else None
+            # rows decided many at once carry the state they were shown in (not hash_keys rows:
+            # resolve() needs their key in clear, typed on the record's page)
+            picks = db.tokens(conn, [r for r in rows if not r['hash_keys']]) \
+                if kind != 'conflicts' and not settings.read_only else {}
+            return page(request, 'queue.html', session=s, kind=kind, rows=rows, f=f, next=nxt, title=TITLES[kind],
+                        picks=picks,
+                        scopes=db.scopes(conn))
+        return handler
+
+    def record_page(request, s, conn, rec, message=None, status=200, done=None):
+        return page(request, 'record.html', status, s, rec=rec, message=message, done=done,
+                    key=rec['key'])
+
+    @signed_in
+    def record(request, s, conn, form):
+        scope, key = request.query_params.get('scope', ''), request.query_params.get('key', '')
+        rec = db.record(conn, scope, key)
+        if rec is None:
+            return page(request, 'error.html', 404, s, message='There is no such record in the scopes you may see.')
+        return record_page(request, s, conn, rec, done=request.query_params.get('done'))
+
+    @signed_in
+    def decide(request, s, conn, form):
+        scope, key = form.get('scope', ''), form.get('key', '')
+        back = f"/record?{urllib.parse.urlencode({'scope': scope, 'key': key})}"
+        if settings.read_only:
+            return page(request, 'error.html', 403, s, message='This console is read-only.')
+        note = (form.get('note') or '').strip()
+        problem = None
+        if not note:
+            problem = 'A decision needs a note: say why.'
+        elif form.get('confirm') != 'yes':
+            problem = 'Tick the confirmation to decide.'
+        if problem is None:
+            try:
+                done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form)
+                log.info('decision %s', form.get('action', ''))
+                if form.get('action') == 'release':     # the record is gone: its scope's page says so
+                    back = f"/scopes/{urllib.parse.quote(scope, safe='')}?"
+                else:
+                    back += '&'
+                return RedirectResponse(back + urllib.parse.urlencode({'done': done}), status_code=303)
+            except db.Refused as e:
+                problem = str(e)
+                status = 409 if e.stale else 422
+        else:
+            status = 422
+        rec = db.record(conn, scope, key)
+        if rec is None:
+            return page(request, 'error.html', 404, s, message=problem)
+        return record_page(request, s, conn, rec, message=problem, status=status)
+
+    @signed_in
+    def bulk(request, s, conn, form):
+        """Many records resolved at once: the selection is shown (count and sample) with one note
+        and a confirmation; each is then decided only if still in the state it was picked in."""
+        if settings.read_only:
+            return page(request, 'error.html', 403, s, message='This console is read-only.')
+        picks = []
+        for v in form.getall('pick'):
+            try:
+                scope_name, key, token = json.loads(v)
+            except (ValueError, TypeError):
+                continue
+            if all(isinstance(x, str) for x in (scope_name, key, token)):
+                picks.append((scope_name, key, token))
+        resolution = form.get('resolution')
+        if not picks:
+            return page(request, 'error.html', 422, s, message='Select the records to decide.')
+        if resolution not in ('not_executed', 'failed'):
+            return page(request, 'error.html', 422, s,
+                        message='Many at once: not executed or failed (a success names its target_ref, one by one).')
+        note = (form.get('note') or '').strip()
+        if form.get('step') != 'decide' or not note or form.get('confirm') != 'yes':
+            problem = None if form.get('step') != 'decide' else (
+                'A decision needs a note: say why.' if not note else 'Tick the confirmation to decide.')
+            return page(request, 'bulk.html', 200 if problem is None else 422, s, picks=picks,
+                        resolution=resolution, message=problem, result=None)
+        decided, refused = db.decide_many(conn, s.role, picks, resolution, note)
+        log.info('decision resolve on %d records by one person (%d refused)', len(decided), len(refused))
+        return page(request, 'bulk.html', session=s, picks=picks, resolution=resolution, message=None,
+                    result=dict(decided=decided, refused=refused))
+
+    @signed_in
+    def scope_page(request, s, conn, form):
+        sc = db.scope(conn, request.path_params['name'])
+        if sc is None:
+            return page(request, 'error.html', 404, s, message='There is no such scope among those you may see.')
+        return page(request, 'scope.html', session=s, sc=sc, done=request.query_params.get('done'))
+
+    async def css(request):
+        return Response(CSS, media_type='text/css')
+
+    routes = [
+        Route('/', overview), Route('/login', login, methods=['GET', 'POST']),
+        Route('/logout', logout, methods=['POST']),
+        Route('/reviews', queue('reviews', db.reviews, lambda r: f"{r['opened_at'].isoformat()}|{r['id']}")),
+        Route('/conflicts', queue('conflicts', db.conflicts, lambda r: f"{r['first_detected_at'].isoformat()}|{r['id']}")),
+        Route('/unknown', queue('unknown', db.unknown,
+                                lambda r: f"{r['last_attempt_at'].isoformat()}|{r['scope']}|{r['key']}")),
+        Route('/record', record), Route('/decide', decide, methods=['POST']),
+        Route('/bulk', bulk, methods=['POST']),
+        Route('/scopes/{name:path}', scope_page), Route('/console.css', css),
+    ]
+    app = Starlette(routes=routes)
+
+    async def headers(scope, receive, send):
+        async def send_with(message):
+            if message['type'] == 'http.response.start':
+                h = message.setdefault('headers', [])
+                h += [(b'content-security-policy', CSP.encode()), (b'x-content-type-options', b'nosniff'),
+                      (b'referrer-policy', b'no-referrer'), (b'cache-control', b'no-store'),
+                      (b'x-frame-options', b'DENY')]
+                if scope.get('type') == 'http':
+                    log.info('%s %s %s', scope['method'], scope['path'], message['status'])   # no query string
+            await send(message)
+        await app(scope, receive, send_with)
+
+    headers.settings = settings
+    headers.sessions = sessions
+    return headers

@@ -1,0 +1,287 @@
+"""What the console reads and how it decides, on a connection made as the signed-in person.
+
+Visibility: a person sees a scope when idempo would let them look up its records: the scope
+has no allowed_role, or they are a member of it (the rule of idempo.lookup).  Every query
+below joins VISIBLE, so a reviewer of billing is never shown, and cannot decide, another
+application's records.
+
+Staleness: every page that offers a decision carries a token of the state it showed (the
+record, its open review, its open conflicts).  A decision runs in one REPEATABLE READ
+transaction: the state is read again and compared with the token (refused if it differs),
+then idempo's own function is called, which locks the record; a change committed after the
+transaction's snapshot makes that lock fail with 40001, refused the same way.
+"""
+import datetime
+import hashlib
+import json
+
+import psycopg
+from psycopg.rows import dict_row
+
+PAGE = 50
+
+# the scopes the current role may see (joined as s)
+VISIBLE = """(s.allowed_role IS NULL OR EXISTS (
+    SELECT 1 FROM pg_catalog.pg_roles AS r
+    WHERE r.rolname = s.allowed_role AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')))"""
+
+# a search term: a key in clear, its digest in hash_keys scopes (never compared in clear there)
+KEY_MATCH = """(%(q)s::text IS NULL
+    OR (NOT s.hash_keys AND pg_catalog.starts_with(x.key, %(q)s))
+    OR (s.hash_keys AND x.key IN (%(q)s, pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(%(q)s, 'UTF8')), 'hex'))))"""
+
+
+class Refused(Exception):
+    """A decision not made; message for the person, and the new state when it went stale."""
+
+    def __init__(self, message, stale=False):
+        super().__init__(message)
+        self.stale = stale
+
+
+def connect(dsn, role, password):
+    return psycopg.connect(dsn, user=role, password=password, application_name='idempo console',
+                           connect_timeout=10, autocommit=True, row_factory=dict_row)
+
+
+def whoami(conn):
+    return conn.execute('SELECT current_user AS role').fetchone()['role']
+
+
+def scopes(conn):
+    return conn.execute(f"""SELECT s.name, s.hash_keys, s.store_params, s.audit, s.allowed_role, s.owner,
+               s.environment, s.description, s.enabled, s.retention, s.lease, s.verify_settle,
+               s.fingerprint_ignore, s.fingerprint_include
+        FROM idempo.scopes AS s WHERE {VISIBLE} ORDER BY s.name""").fetchall()
+
+
+def scope(conn, name):
+    return conn.execute(f'SELECT s.* FROM idempo.scopes AS s WHERE s.name = %s AND {VISIBLE}', (name,)).fetchone()
+
+
+def overview(conn):
+    rows = conn.execute(f"""SELECT st.* FROM idempo.stats AS st JOIN idempo.scopes AS s ON s.name = st.scope
+        WHERE {VISIBLE} ORDER BY st.scope""").fetchall()
+    oldest = conn.execute(f"""SELECT q.scope, q.key, q.waiting, s.hash_keys FROM idempo.review_queue AS q
+        JOIN idempo.scopes AS s ON s.name = q.scope WHERE {VISIBLE} ORDER BY q.opened_at, q.id LIMIT 1""").fetchone()
+    oldest_unknown = conn.execute(f"""SELECT x.scope, x.key, GREATEST(idempo.now() - x.last_attempt_at, '0'::interval) AS waiting
+        FROM idempo.operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        WHERE x.status = 'unknown' AND {VISIBLE} ORDER BY x.last_attempt_at, x.scope, x.key LIMIT 1""").fetchone()
+    try:
+        with conn.transaction():
+            workers = conn.execute('SELECT kind, state, rounds, last_round_at FROM idempo.workers()').fetchall()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+        workers = None      # not granted, or an edition without background workers
+    return rows, oldest, oldest_unknown, workers
+
+
+def _after(after, n):
+    """A keyset position 'time|id...' of the previous page's last row, or Nones."""
+    if not after:
+        return [None] * n
+    parts = after.split('|', n - 1)
+    if len(parts) != n:
+        return [None] * n
+    try:
+        datetime.datetime.fromisoformat(parts[0])
+    except ValueError:
+        return [None] * n
+    if n == 2 and not parts[1].isdigit():
+        return [None] * n
+    return parts
+
+
+def _age(minutes):
+    return datetime.timedelta(minutes=minutes) if minutes else None
+
+
+def reviews(conn, scope=None, reason=None, q=None, older_than=None, after=None):
+    t, i = _after(after, 2)
+    return conn.execute(f"""SELECT x.id, x.scope, x.key, x.reason, x.opened_at, x.waiting, x.status, x.attempt,
+               x.detail, s.hash_keys
+        FROM idempo.review_queue AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        WHERE {VISIBLE} AND (%(scope)s::text IS NULL OR x.scope = %(scope)s)
+          AND (%(reason)s::text IS NULL OR x.reason = %(reason)s) AND {KEY_MATCH}
+          AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
+          AND (%(t)s::timestamptz IS NULL OR (x.opened_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
+        ORDER BY x.opened_at, x.id LIMIT {PAGE + 1}""",
+                        dict(scope=scope, reason=reason, q=q, age=_age(older_than), t=t, i=i)).fetchall()
+
+
+def conflicts(conn, scope=None, q=None, older_than=None, after=None):
+    t, i = _after(after, 2)
+    return conn.execute(f"""SELECT x.id, x.scope, x.key, x.occurrences, x.first_detected_at, x.waiting,
+               x.stored_status, x.changed_fields, s.hash_keys
+        FROM idempo.conflict_queue AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        WHERE {VISIBLE} AND (%(scope)s::text IS NULL OR x.scope = %(scope)s) AND {KEY_MATCH}
+          AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
+          AND (%(t)s::timestamptz IS NULL OR (x.first_detected_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
+        ORDER BY x.first_detected_at, x.id LIMIT {PAGE + 1}""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, i=i)).fetchall()
+
+
+def unknown(conn, scope=None, q=None, older_than=None, after=None):
+    t, sc, k = _after(after, 3)
+    return conn.execute(f"""SELECT x.scope, x.key, x.attempt, x.last_attempt_at,
+               GREATEST(idempo.now() - x.last_attempt_at, '0'::interval) AS waiting, s.hash_keys
+        FROM idempo.operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        WHERE x.status = 'unknown' AND {VISIBLE} AND (%(scope)s::text IS NULL OR x.scope = %(scope)s)
+          AND {KEY_MATCH} AND (%(age)s::interval IS NULL OR idempo.now() - x.last_attempt_at >= %(age)s)
+          AND (%(t)s::timestamptz IS NULL
+               OR (x.last_attempt_at, x.scope, x.key) > (%(t)s::timestamptz, %(sc)s::text, %(k)s::text))
+        ORDER BY x.last_attempt_at, x.scope, x.key LIMIT {PAGE + 1}""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k)).fetchall()
+
+
+def record(conn, scope_name, key, history=True):
+    """The record (key as stored), its open review and conflicts, its history; None if not visible."""
+    s = scope(conn, scope_name)
+    if s is None:
+        return None
+    op = conn.execute("""SELECT *, (status IN ('succeeded', 'failed') AND expires_at <= idempo.now()) AS remembered
+        FROM idempo.operations WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
+    review = conn.execute("""SELECT id, reason, opened_at, waiting, detail, snapshot FROM idempo.review_queue
+        WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
+    conflicts_ = conn.execute("""SELECT id, occurrences, first_detected_at, last_detected_at, waiting, run_id,
+               changed_fields, stored_params, incoming_params FROM idempo.conflict_queue
+        WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
+    if op is None and review is None and not conflicts_:
+        return None
+    events = None
+    try:
+        with conn.transaction():
+            if not history:
+                raise _NoHistory
+            events = conn.execute("""SELECT id, at, run_id, attempt, from_status, to_status, outcome, action, actor
+                FROM idempo.events WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
+    except (psycopg.errors.InsufficientPrivilege, _NoHistory):
+        pass
+    rec = dict(scope=s, key=key, op=op, review=review, conflicts=conflicts_, events=events)
+    rec['token'] = state_token(op, review, conflicts_)
+    return rec
+
+
+class _NoHistory(Exception):
+    pass
+
+
+def tokens(conn, rows):
+    """The state token of each row of a queue page (what a decision on many is checked against)."""
+    out = {}
+    for r in rows:
+        rec = record(conn, r['scope'], r['key'], history=False)
+        if rec is not None:
+            out[(r['scope'], r['key'])] = rec['token']
+    return out
+
+
+def decide_many(conn, person, picks, resolution, note):
+    """resolve() for each (scope, key, token) picked, each in a transaction of its own and only if
+    the record is still in the state it was picked in; returns (decided, refused) lists."""
+    decided, refused = [], []
+    for scope_name, key, token in picks:
+        try:
+            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution})
+            decided.append((scope_name, key))
+        except Refused as e:
+            refused.append((scope_name, key, str(e)))
+    return decided, refused
+
+
+def state_token(op, review, conflicts_):
+    """What a decision is taken on: any change to the record, its review or its conflicts changes it."""
+    state = [op, review and review['id'],
+             [(c['id'], c['occurrences'], c['last_detected_at']) for c in conflicts_]]
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def decide(conn, person, scope_name, key, token, action, note, form):
+    """One decision through idempo's functions; returns a sentence saying what was done."""
+    conn.autocommit = False
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    try:
+        with conn.transaction():
+            rec = record(conn, scope_name, key)
+            if rec is None:
+                raise Refused('There is no such record in the scopes you may see.')
+            if rec['token'] != token:
+                raise Refused('The record changed since you read it: nothing was decided. '
+                              'This is the record as it is now.', stale=True)
+            done = _call(conn, person, rec, action, note, form)
+    except psycopg.errors.SerializationFailure:
+        raise Refused('The record changed while you decided: nothing was decided. '
+                      'This is the record as it is now.', stale=True)
+    except psycopg.Error as e:
+        raise Refused(f'idempo refused: {e.diag.message_primary} ({e.sqlstate})'
+                      + (f' {e.diag.message_hint}' if e.diag.message_hint else ''))
+    finally:
+        conn.rollback() if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE else None
+        conn.autocommit = True
+    return done + (' ' + ' '.join(notices) if notices else '')
+
+
+def _clear_key(conn, rec, form):
+    """The key to pass idempo's functions: as stored, or in hash_keys scopes the clear key the
+    person typed, which must hash to this record's digest."""
+    if not rec['scope']['hash_keys']:
+        return rec['op']['key']
+    clear = form.get('clear_key') or ''
+    digest = hashlib.sha256(clear.encode('utf-8')).hexdigest()
+    if not clear or digest != rec['op']['key']:
+        raise Refused('This scope stores only the digest of its keys: type the key in clear; '
+                      'the one typed does not hash to this record.')
+    return clear
+
+
+def _call(conn, person, rec, action, note, form):
+    op = rec['op']
+    s = rec['scope']['name']
+    if action == 'resolve':
+        if op is None:
+            raise Refused('There is no record to resolve.')
+        resolution = form.get('resolution')
+        if resolution not in ('succeeded', 'not_executed', 'failed'):
+            raise Refused('Choose what happened: succeeded, not executed or failed.')
+        target_ref = form.get('target_ref') or None
+        if resolution == 'succeeded' and not target_ref:
+            raise Refused('A resolution as succeeded names the target_ref of the action in the target system.')
+        st = conn.execute('SELECT idempo.resolve(%s, %s, %s, %s, target_ref => %s, note => %s) AS s',
+                          (s, _clear_key(conn, rec, form), resolution, person, target_ref, note)).fetchone()['s']
+        return f'Resolved as {resolution}: the record is now {st}.'
+    if action == 'verify':
+        if op is None or op['status'] != 'unknown':
+            raise Refused('Only an unknown record is verified.')
+        found = form.get('found')
+        if found not in ('true', 'false'):
+            raise Refused('Say whether the action is found in the target system.')
+        target_ref = form.get('target_ref') or None
+        st = conn.execute('SELECT idempo.verify(%s, %s, %s, %s, %s) AS s',
+                          (s, _clear_key(conn, rec, form), op['attempt'], found == 'true', target_ref)).fetchone()['s']
+        return f"Verified ({'found' if found == 'true' else 'not found'}): the record is now {st}."
+    if action == 'resolve_conflict':
+        try:
+            cid = int(form.get('conflict_id', ''))
+        except ValueError:
+            raise Refused('Which conflict?')
+        if cid not in [c['id'] for c in rec['conflicts']]:
+            raise Refused('That conflict is not open on this record.', stale=True)
+        resolution = form.get('resolution')
+        if resolution not in ('kept_stored', 'new_key', 'dismissed'):
+            raise Refused('Choose: kept stored, new key or dismissed.')
+        conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+        return f'Conflict {cid} resolved: {resolution}.'
+    if action == 'request_review':
+        if op is None or rec['review'] is not None or op['status'] == 'in_review':
+            raise Refused('Only a record that is not in review can be put in review.')
+        rid = conn.execute('SELECT idempo.request_review(%s, %s, %s) AS r',
+                           (s, _clear_key(conn, rec, form), note)).fetchone()['r']
+        return f'Put in review (review {rid}).'
+    if action == 'release':
+        if op is None or not op['remembered']:
+            raise Refused('Only a remembered key (finished, its result expired) can be released.')
+        rid = conn.execute('SELECT idempo.release(%s, %s, %s, %s) AS r',
+                           (s, _clear_key(conn, rec, form), person, note)).fetchone()['r']
+        return f'Released: the next claim of the key runs the action again (review {rid}).'
+    raise Refused('Unknown decision.')
