@@ -54,3 +54,11 @@ valgrind-check:
 .PHONY: tle-installer
 tle-installer:
 	@python3 managed/generate.py build/managed
+
+# The artifacts people install from (tools/release): `make release` builds them all into
+# build/release with SHA256SUMS; `make dist`, the PGXN distribution alone (build/release/idempo-VERSION.zip).
+.PHONY: dist release
+dist:
+	tools/release dist
+release:
+	tools/release

@@ -4,7 +4,11 @@
 # one line per check, "ok ..." or "FAILED ...", and exits non-zero after a failure.
 #   fresh.sh install MAJOR             the package, no build tools, its autopkgtests
 #   fresh.sh upgrade MAJOR OLD NEW     OLD's package with records in it, then NEW's over it
-# Its payload is beside it: debs/ (the packages), src/ (the source tree: debian/tests run in it).
+#   fresh.sh apt MAJOR VERSION SUITE   apt-get install postgresql-MAJOR-idempo from the signed
+#                                      repository repo/ (test/release/run), as a user adds one
+# Its payload is beside it: debs/ (the packages), src/ (the source tree: debian/tests run in it);
+# for apt: repo/ (the repository, its key in repo/idempo-archive-keyring.asc), stranger.asc (a key
+# that did not sign it).
 set -u
 mode=$1 M=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -177,6 +181,55 @@ install)
       failed "autopkgtest installcheck (log above)"
     fi
   fi
+  ;;
+
+apt)
+  version=$3 suite=$4 list=/etc/apt/sources.list.d/idempo.list
+  # signed by a key apt was not told to trust: apt must not install from it
+  cp "$HERE/stranger.asc" /usr/share/keyrings/idempo-stranger.asc
+  echo "deb [signed-by=/usr/share/keyrings/idempo-stranger.asc] file:$HERE/repo $suite main" >"$list"
+  apt-get update -q >"$HERE/apt-stranger.log" 2>&1
+  cand=$(apt-cache policy "postgresql-$M-idempo" | sed -n 's/^ *Candidate: //p')
+  if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+    ok "a repository signed by another key than the one it is given: apt refuses it ($(grep -m1 -oE 'NO_PUBKEY|is not signed|BADSIG' "$HERE/apt-stranger.log"))"
+  else
+    failed "apt took postgresql-$M-idempo $cand from a repository it has no key for"
+  fi
+  # as a user adds a vendor's repository: its key in /usr/share/keyrings, signed-by in the list
+  cp "$HERE/repo/idempo-archive-keyring.asc" /usr/share/keyrings/idempo-archive-keyring.asc
+  printf '%s [signed-by=/usr/share/keyrings/idempo-archive-keyring.asc] file:%s %s main\n' deb "$HERE/repo" "$suite" \
+    deb-src "$HERE/repo" "$suite" >"$list"
+  step "apt-get update; apt-get install postgresql-$M-idempo"
+  if apt-get update -q >"$HERE/apt-update.log" 2>&1 && ! grep -qE '^(W|E): ' "$HERE/apt-update.log"; then
+    ok "apt-get update: the repository's InRelease verifies with its key"
+  else
+    tail -10 "$HERE/apt-update.log" >&2; failed "apt-get update with the repository's key"
+  fi
+  if apt_install "postgresql-$M-idempo" && [ "$(dpkg-query -W -f='${Version}' "postgresql-$M-idempo")" = "$version" ]; then
+    ok "apt-get install postgresql-$M-idempo: $version from the repository (and postgresql-$M from Debian)"
+  else
+    failed "apt-get install postgresql-$M-idempo from the repository"; exit 1
+  fi
+  if (mkdir -p /tmp/source && cd /tmp/source && apt-get source --download-only -q idempo >"$HERE/apt-source.log" 2>&1 &&
+      [ -f "idempo_$version.dsc" ]); then
+    ok "apt-get source idempo: the source package from the repository"
+  else
+    tail -5 "$HERE/apt-source.log" >&2; failed "apt-get source idempo"
+  fi
+  no_build_tools
+  if start_main; then ok "cluster $M/main starts with shared_preload_libraries = idempo"
+  else failed "cluster $M/main does not start"; tail -20 /var/log/postgresql/*.log; exit 1; fi
+  runuser -u postgres -- createdb --cluster "$M/main" app
+  r=$(psqlm -d app -At -c "CREATE EXTENSION idempo" -c "SELECT extversion FROM pg_extension WHERE extname = 'idempo'" \
+        -c "SELECT name FROM idempo.create_scope('pkg')" \
+        -c "SELECT (idempo.claim('pkg', 'k', '{\"a\": 1}', complete_on_commit => true)).outcome" \
+        -c "SELECT (idempo.claim('pkg', 'k', '{\"a\": 1}')).outcome" \
+        -c "SELECT (idempo.claim('pkg', 'k', '{\"a\": 2}')).outcome" 2>&1 | paste -sd' ')
+  if [ "$r" = "${version%-*} pkg acquired replay conflict" ]; then ok "CREATE EXTENSION idempo ${version%-*}: claim, replay, conflict"
+  else failed "CREATE EXTENSION, claim, replay, conflict: $r"; fi
+  if workers_running app; then ok "the launcher and app's sweeper run (idempo.workers())"
+  else failed "the launcher and app's sweeper are not running"; fi
+  pg_ctlcluster "$M" main stop
   ;;
 
 upgrade)
