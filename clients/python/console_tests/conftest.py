@@ -212,8 +212,14 @@ class Person:
         """doseq=True: a list is sent as the field repeated."""
         return self.request(path, form, **kw)
 
+    def login_form(self, role, password):
+        """The sign-in form as the sign-in page fills it (with its pre-session token)."""
+        _, page, _, _ = self.get('/login')
+        m = re.search(r'name="login_csrf" value="([^"]+)"', page)
+        return dict({'role': role, 'password': password}, **({'login_csrf': html.unescape(m.group(1))} if m else {}))
+
     def sign_in(self, role, password=None):
-        status, body, _, _ = self.post('/login', {'role': role, 'password': password or PASSWORDS[role]})
+        status, body, _, _ = self.post('/login', self.login_form(role, password or PASSWORDS[role]))
         assert status == 200 and f'<strong id="whoami">{role}</strong>' in body, body
         return self
 

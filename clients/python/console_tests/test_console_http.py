@@ -4,7 +4,9 @@ import html
 import re
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import psycopg
 
@@ -20,9 +22,9 @@ def test_sign_in_with_the_role_and_its_password(data, console, person):
     p = person(c)
     status, body, headers, url = p.get('/')
     assert url.endswith('/login') and 'Sign in' in body               # not signed in: the sign-in page
-    status, body, _, _ = p.post('/login', {'role': 'alice', 'password': 'wrong'})
+    status, body, _, _ = p.post('/login', p.login_form('alice', 'wrong'))
     assert status == 401 and 'Sign-in failed' in body and 'wrong' not in body
-    status, body, _, _ = p.post('/login', {'role': 'nobody', 'password': 'x'})
+    status, body, _, _ = p.post('/login', p.login_form('nobody', 'x'))
     assert status == 401
     p.sign_in('alice')
     status, body, headers, _ = p.get('/')
@@ -42,7 +44,7 @@ def test_sign_in_with_the_role_and_its_password(data, console, person):
 def test_sessions_expire(data, console, person):
     c = console('--session-minutes', '0')
     p = person(c)
-    p.post('/login', {'role': 'alice', 'password': 'alice-pw'}, follow=False)
+    p.post('/login', p.login_form('alice', 'alice-pw'), follow=False)
     status, body, _, url = p.get('/')
     assert url.endswith('/login'), 'a session past its idle time still opened a page'
 
@@ -343,3 +345,48 @@ def test_request_review_and_release(data, console, person):
     assert data.status('billing.refund', 'ref-1') is None
     assert data.one("SELECT resolution, resolved_by, note FROM idempo.reviews WHERE key = 'ref-1'") == \
         ('released', 'alice', 'the refund must run again')
+
+
+# ---- the fences of the outside review ----
+
+def test_a_sign_in_the_server_did_not_check_is_refused(data, console, person):
+    """pg_hba trusts postgres here (as a peer or trust line would): the connection opens whatever
+    the password; the console must not take that for a checked password."""
+    c = console()
+    p = person(c)
+    status, body, headers, _ = p.post('/login', p.login_form('postgres', 'wrong'), follow=False)
+    assert status == 401 and 'Sign-in failed: that role and password were not accepted.' in body
+    assert 'idempo_console=' not in (headers.get('Set-Cookie') or '')
+    assert 'did not ask for the password' in c.logs() and 'postgres' not in c.logs() and 'wrong' not in c.logs()
+
+
+def test_a_superuser_is_refused(data, console, person):
+    """A superuser is a member of every role: the console's scope rule would not hold for them."""
+    data.sql("""DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_root') THEN
+                  CREATE ROLE console_root SUPERUSER LOGIN PASSWORD 'root-pw'; END IF; END $$""")
+    c = console()
+    p = person(c)
+    status, body, _, _ = p.post('/login', p.login_form('console_root', 'root-pw'))
+    assert status == 401 and 'Sign-in failed: that role and password were not accepted.' in body
+    assert 'a superuser' in c.logs() and 'console_root' not in c.logs()
+
+
+LONG = 'console_' + 'l' * 55      # 63 bytes: what PostgreSQL keeps of a longer login name
+
+
+def test_the_reviewer_is_the_servers_name_for_the_session(data, console, person):
+    assert len(LONG) == 63
+    data.sql(f"""DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{LONG}') THEN
+                   CREATE ROLE {LONG} LOGIN PASSWORD 'long-pw' IN ROLE console_reviewer, console_billing_app;
+                 END IF; END $$""")
+    data.unknown('billing.charge', ['inv-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-1', 'the customer asks')")
+    p = person(console())
+    typed = LONG + ' (as bob)'
+    status, body, _, _ = p.post('/login', p.login_form(typed, 'long-pw'))
+    assert status == 200 and f'<strong id="whoami">{LONG}</strong>' in body and '(as bob)' not in body
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='failed', note='n', confirm='yes'))
+    assert status == 200 and 'Resolved as failed' in body
+    assert data.one("SELECT resolved_by FROM idempo.reviews WHERE key = 'inv-1'")[0] == LONG
+

@@ -52,6 +52,17 @@ MUTANTS = [
     ('console-session-never-expires', 'a session opens pages however long it has been idle',
      'idempo/console/app.py', "if now - s.seen > self.settings.idle_seconds or", "if False and now - s.seen > self.settings.idle_seconds or",
      'console_tests/test_console_http.py::test_sessions_expire'),
+    ('console-unchecked-sign-in', 'a role that pg_hba lets in without a password (trust, peer) signs in with any password',
+     'idempo/console/db.py', "        if not conn.pgconn.used_password:", "        if False:",
+     'console_tests/test_console_http.py::test_a_sign_in_the_server_did_not_check_is_refused'),
+    ('console-superuser-signs-in', 'a superuser signs in: every scope is visible and decidable',
+     'idempo/console/db.py', "        if row['rolsuper']:", "        if False:",
+     'console_tests/test_console_http.py::test_a_superuser_is_refused'),
+    ('console-reviewer-as-typed', 'the reviewer recorded is the name typed at sign-in, not the role the server signed in '
+     '(a login name is cut to 63 bytes)',
+     'idempo/console/app.py', "            role = await run_in_threadpool(db.sign_in, settings.dsn, role, password)",
+     "            await run_in_threadpool(db.sign_in, settings.dsn, role, password)",
+     'console_tests/test_console_http.py::test_the_reviewer_is_the_servers_name_for_the_session'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
      'idempo/http.py', "wait=False, lease=route.lease, fast=True, verify_unknown=verify))",

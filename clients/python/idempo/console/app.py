@@ -172,12 +172,19 @@ def create_app(settings):
         role, password = form.get('role', ''), form.get('password', '')
         if not role or not password:
             return page(request, 'login.html', 400, message='Give your role and its password.')
-        try:
-            conn = await run_in_threadpool(db.connect, settings.dsn, role, password)
-            await run_in_threadpool(conn.close)
-        except psycopg.OperationalError:
-            log.info('sign-in refused for a role')   # never the name or the password
+        if '\x00' in role or '\x00' in password:      # libpq would cut the name there
             return page(request, 'login.html', 401, message='Sign-in failed: that role and password were not accepted.')
+        refused = page(request, 'login.html', 401, message='Sign-in failed: that role and password were not accepted.')
+        try:
+            role = await run_in_threadpool(db.sign_in, settings.dsn, role, password)
+        except psycopg.Error:
+            log.info('sign-in refused for a role')   # never the name or the password
+            return refused
+        except db.NotChecked as e:
+            # the same answer as a wrong password (no telling which roles exist); the operator's
+            # log says why
+            log.warning('sign-in refused for a role: %s', e)
+            return refused
         sid = sessions.new(role, password)
         r = RedirectResponse('/', status_code=303)
         r.set_cookie(COOKIE, sid, httponly=True, samesite='strict', secure=settings.secure_cookies, path='/')
@@ -202,7 +209,7 @@ def create_app(settings):
         rows, oldest, oldest_unknown, workers = db.overview(conn)
         top = max([1] + [r['in_progress'] + r['unknown'] + r['in_review'] + r['open_conflicts'] for r in rows])
         return page(request, 'overview.html', session=s, rows=rows, oldest=oldest, oldest_unknown=oldest_unknown,
-                    workers=workers, top=top, role=db.whoami(conn))
+                    workers=workers, top=top, role=s.role)
 
     def queue(kind, fetch, after_of):
         @signed_in

@@ -44,8 +44,25 @@ def connect(dsn, role, password):
                            connect_timeout=10, autocommit=True, row_factory=dict_row)
 
 
-def whoami(conn):
-    return conn.execute('SELECT current_user AS role').fetchone()['role']
+class NotChecked(Exception):
+    """The connection opened but the server did not check the password (the reason is for the log)."""
+
+
+def sign_in(dsn, role, password):
+    """The role PostgreSQL knows this person as (session_user: the server's name for the login,
+    which is not always the text typed), when the server checked the password; else NotChecked."""
+    with connect(dsn, role, password) as conn:
+        # a trust or peer line in pg_hba.conf lets the connection in without asking for the
+        # password: any password would do, so the sign-in would prove nothing
+        if not conn.pgconn.used_password:
+            raise NotChecked('the server did not ask for the password (a trust or peer line in pg_hba.conf '
+                             'matches this connection; docs/console.md)')
+        row = conn.execute('SELECT session_user AS role, r.rolsuper FROM pg_catalog.pg_roles AS r '
+                           'WHERE r.rolname = session_user').fetchone()
+        # a superuser is a member of every role: every scope would be visible and decidable
+        if row['rolsuper']:
+            raise NotChecked('a superuser: the console refuses superusers (docs/console.md)')
+        return row['role']
 
 
 def scopes(conn):
