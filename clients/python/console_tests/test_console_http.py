@@ -390,3 +390,60 @@ def test_the_reviewer_is_the_servers_name_for_the_session(data, console, person)
     assert status == 200 and 'Resolved as failed' in body
     assert data.one("SELECT resolved_by FROM idempo.reviews WHERE key = 'inv-1'")[0] == LONG
 
+
+def raw_http(console, head, body=b'', wait=10):
+    """Sends bytes as they are; the first line of the answer (None: no answer in `wait` seconds)."""
+    import socket
+    with socket.create_connection(('127.0.0.1', console.port), timeout=wait) as s:
+        s.sendall(head + body)
+        try:
+            return s.recv(200).split(b'\r\n')[0].decode()
+        except socket.timeout:
+            return None
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(data, console, person):
+    c = console()
+    # announced too long: answered at once, before any of it is sent
+    line = raw_http(c, b'POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n'
+                       b'Content-Length: %d\r\n\r\n' % (300 << 20))
+    assert line is not None and ' 413 ' in line, line
+
+
+def test_a_chunked_body_is_cut_at_the_limit(data, console, person):
+    """No Content-Length: reading stops past the limit (the rest is never sent here)."""
+    c = console()
+    chunk = b'a' * 65536
+    body = (b'%x\r\n' % len(chunk) + chunk + b'\r\n') * 20      # 1.25 MiB, and no last chunk
+    line = raw_http(c, b'POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n'
+                       b'Transfer-Encoding: chunked\r\n\r\n', body)
+    assert line is not None and ' 413 ' in line, line
+
+
+def test_a_newline_in_the_path_does_not_forge_a_log_line(data, console, person):
+    c = console()
+    raw_http(c, b'GET /nothing%0A2026-12-05%2002:00:00,000%20idempo.console%20POST%20/decide%20303 HTTP/1.1\r\n'
+                b'Host: x\r\nConnection: close\r\n\r\n')
+    lines = c.logs().splitlines()
+    assert not any(line.startswith('2026-12-05 02:00:00,000') for line in lines), c.logs()
+    assert any('/nothing%0A2026' in line for line in lines), c.logs()
+
+
+def test_bad_input_is_answered_400_and_not_logged(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    c = console()
+    p = person(c).sign_in('alice')
+    q = urllib.parse.quote
+    for path in ('/unknown?older_than=' + q('\u00b2'), '/reviews?after=' + q('2020-01-01T00:00:00|\u0663'),
+                 '/reviews?after=' + q('2020-01-01T00:00:00|99999999999999999999999'),
+                 '/conflicts?after=' + q('2020-01-01T00:00:00|-99999999999999999999999'),
+                 '/unknown?after=' + q('2020-01-01T00:00:00|sc|k\x00x'), '/record?scope=billing.charge&key=' + q('k\x00x')):
+        status, body, _, _ = p.get(path)
+        assert status == 400 and 'Not understood' in body, (path, status)
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), csrf='\u00e9', resolution='failed', note='n',
+                                                 confirm='yes'))
+    assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
+    log = c.logs()
+    assert 'Traceback' not in log and '99999999999999999999999' not in log, log
+

@@ -23,8 +23,13 @@ log = logging.getLogger('idempo.console')
 COOKIE = 'idempo_console'
 TITLES = {'reviews': 'Open reviews', 'conflicts': 'Open conflicts', 'unknown': 'Unknown operations'}
 MAX_FORM = 1024 * 1024
+LOG_SAFE = "/!$&'()*+,;=:@"    # kept as they are in a logged path (with letters, digits, -._~)
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
+
+
+class TooLarge(Exception):
+    """A posted body over MAX_FORM: refused before it is read whole."""
 
 
 class Form(dict):
@@ -132,10 +137,28 @@ def create_app(settings):
         return HTMLResponse(body, status_code=status)
 
     async def form_of(request):
-        body = await request.body()
-        if len(body) > MAX_FORM:
-            return None
+        # the limit holds while reading (a body of any size, even before sign-in, is never
+        # held whole): the announced length first, then what arrives (chunked: no length)
+        length = request.headers.get('content-length', '0')
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_FORM:
+            raise TooLarge
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM:
+                raise TooLarge
         return Form(urllib.parse.parse_qs(body.decode('utf-8', 'replace'), keep_blank_values=True))
+
+    def too_large(request, s=None):
+        return page(request, 'error.html', 413, s, message='This form is too large.')
+
+    def route_failed(request, fn, e, status, s):
+        """An error the route did not expect: the log names the route and the SQLSTATE, never the
+        request's values (a message or a traceback would carry them: it goes to DEBUG only)."""
+        log.error('%s %s failed: %s (SQLSTATE %s)', request.method, fn.__name__, type(e).__name__,
+                  getattr(e, 'sqlstate', None))
+        log.debug('the traceback', exc_info=e)
+        return page(request, 'error.html', status, s, message='Something went wrong: nothing was done.')
 
     def signed_in(fn):
         async def handler(request):
@@ -144,9 +167,13 @@ def create_app(settings):
                 return RedirectResponse('/login', status_code=303)
             form = None
             if request.method == 'POST':
-                form = await form_of(request)
-                # every change carries the session's token (and SameSite=Strict cookies besides)
-                if form is None or not hmac.compare_digest(form.get('csrf', ''), s.csrf):
+                try:
+                    form = await form_of(request)
+                except TooLarge:
+                    return too_large(request, s)
+                # every change carries the session's token (and SameSite=Strict cookies besides);
+                # compared as bytes: compare_digest refuses a str that is not ASCII
+                if not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):
                     return page(request, 'error.html', 403, s, message='This form is not valid (expired or not from this console). Reload the page.')
             try:
                 conn = await run_in_threadpool(db.connect, settings.dsn, s.role, s.password)
@@ -159,8 +186,15 @@ def create_app(settings):
                 return page(request, 'error.html', 403, s,
                             message=f'Your role may not read this: {e.diag.message_primary}. '
                                     'docs/console.md lists the grants the console needs.')
-            except psycopg.errors.DataException as e:       # a filter out of range, a hand-made link
-                return page(request, 'error.html', 400, s, message=f'Not understood: {e.diag.message_primary}.')
+            except db.BadInput as e:                        # a hand-made link
+                return page(request, 'error.html', 400, s, message=f'Not understood: {e}.')
+            except psycopg.DataError as e:                  # a value out of range, a NUL: class 22
+                log.info('%s %s refused: a value not understood (SQLSTATE %s)', request.method, fn.__name__,
+                         e.sqlstate)
+                return page(request, 'error.html', 400, s,
+                            message='Not understood: a value in the request is not valid here.')
+            except Exception as e:
+                return route_failed(request, fn, e, 500, s)
             finally:
                 await run_in_threadpool(conn.close)
         return handler
@@ -168,7 +202,10 @@ def create_app(settings):
     async def login(request):
         if request.method == 'GET':
             return page(request, 'login.html', message=None)
-        form = await form_of(request) or {}
+        try:
+            form = await form_of(request)
+        except TooLarge:
+            return too_large(request)
         role, password = form.get('role', ''), form.get('password', '')
         if not role or not password:
             return page(request, 'login.html', 400, message='Give your role and its password.')
@@ -200,9 +237,13 @@ def create_app(settings):
     def filters(request):
         p = request.query_params
         age = p.get('older_than', '')
+        if age and not (age.isascii() and age.isdigit()):      # '²' is a digit to str.isdigit()
+            raise db.BadInput('the age is a number of minutes')
+        after = p.get('after') or None
+        db.after_position(after, 3 if request.url.path == '/unknown' else 2)     # checked here: 400
         return dict(scope=p.get('scope') or None, reason=p.get('reason') or None, q=p.get('q') or None,
-                    older_than=min(int(age), 10 ** 7) if age.isdigit() else None,   # minutes: 19 years at most
-                    after=p.get('after') or None)
+                    older_than=min(int(age), 10 ** 7) if age else None,   # minutes: 19 years at most
+                    after=after)
 
     @signed_in
     def overview(request, s, conn, form):
@@ -334,7 +375,9 @@ def create_app(settings):
                       (b'referrer-policy', b'no-referrer'), (b'cache-control', b'no-store'),
                       (b'x-frame-options', b'DENY')]
                 if scope.get('type') == 'http':
-                    log.info('%s %s %s', scope['method'], scope['path'], message['status'])   # no query string
+                    # no query string; the path percent-encoded: a decoded newline would forge a line
+                    log.info('%s %s %s', scope['method'], urllib.parse.quote(scope['path'], safe=LOG_SAFE),
+                             message['status'])
             await send(message)
         await app(scope, receive, send_with)
 

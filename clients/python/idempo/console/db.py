@@ -92,20 +92,32 @@ def overview(conn):
     return rows, oldest, oldest_unknown, workers
 
 
-def _after(after, n):
-    """A keyset position 'time|id...' of the previous page's last row, or Nones."""
+class BadInput(Exception):
+    """A value of a hand-made link the console does not understand (the message says which)."""
+
+
+BIGINT_MAX = 2 ** 63 - 1
+
+
+def after_position(after, n):
+    """A keyset position 'time|id' or 'time|scope|key' of the previous page's last row, or Nones;
+    BadInput if it is not one (checked before it reaches SQL: a 400, not a failed query)."""
     if not after:
         return [None] * n
     parts = after.split('|', n - 1)
     if len(parts) != n:
-        return [None] * n
+        raise BadInput('the page position is not one the console wrote')
     try:
         datetime.datetime.fromisoformat(parts[0])
     except ValueError:
-        return [None] * n
-    if n == 2 and not parts[1].isdigit():
-        return [None] * n
+        raise BadInput('the page position is not one the console wrote') from None
+    # '٣' is a digit to str.isdigit(), and a bigint stops at 2^63 - 1
+    if n == 2 and not (parts[1].isascii() and parts[1].isdigit() and int(parts[1]) <= BIGINT_MAX):
+        raise BadInput('the page position is not one the console wrote')
     return parts
+
+
+_after = after_position
 
 
 def _age(minutes):
