@@ -447,3 +447,48 @@ def test_bad_input_is_answered_400_and_not_logged(data, console, person):
     log = c.logs()
     assert 'Traceback' not in log and '99999999999999999999999' not in log, log
 
+
+def test_a_sign_in_from_another_site_is_refused(data, console, person):
+    c = console()
+    p = person(c)
+    # no pre-session token: the form was not the console's sign-in page
+    status, _, headers, _ = p.post('/login', {'role': 'alice', 'password': 'alice-pw'}, follow=False)
+    assert status == 403 and 'idempo_console=' not in (headers.get('Set-Cookie') or '')
+    # the token's field without its cookie (another browser's page)
+    form = p.login_form('alice', 'alice-pw')
+    other = person(c)
+    status, _, headers, _ = other.post('/login', form, follow=False)
+    assert status == 403
+    # a cross-site request carrying the token anyway: its Origin or Sec-Fetch-Site says so
+    for h in ({'Origin': 'https://evil.example'}, {'Sec-Fetch-Site': 'cross-site'}):
+        req = urllib.request.Request(c.url + '/login', urllib.parse.urlencode(form).encode(), headers=h)
+        try:
+            status = p.raw.open(req, timeout=30).status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        assert status == 403, h
+    # what a browser sends from the console's own page (its Referrer-Policy makes Origin null)
+    req = urllib.request.Request(c.url + '/login', urllib.parse.urlencode(form).encode(),
+                                 headers={'Origin': 'null', 'Sec-Fetch-Site': 'same-origin'})
+    try:
+        r = p.raw.open(req, timeout=30)
+        status = r.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    assert status == 303
+    _, body, _, _ = p.get('/')
+    assert '<strong id="whoami">alice</strong>' in body
+
+
+def test_the_done_box_shows_only_what_the_console_said(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2'])
+    p = person(console()).sign_in('alice')
+    status, body, _, _ = p.get(record_path('billing.charge', 'inv-1') + '&done=' +
+                               urllib.parse.quote('Session expired: sign in again at https://evil.example'))
+    assert status == 200 and 'evil.example' not in body and 'id="done"' not in body
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, url = p.post('/decide', dict(p.form(body, 'resolve'), resolution='failed', note='n', confirm='yes'))
+    assert status == 200 and 'Resolved as failed' in re.search(r'id="done">([^<]*)', body).group(1)
+    assert 'done=' not in url
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))     # said once
+    assert 'id="done"' not in body

@@ -89,6 +89,23 @@ MUTANTS = [
      'idempo/console/db.py', "not (parts[1].isascii() and parts[1].isdigit() and int(parts[1]) <= BIGINT_MAX)",
      "not parts[1].isdigit()",
      'console_tests/test_console_http.py::test_bad_input_is_answered_400_and_not_logged'),
+    ('console-login-csrf-unchecked', "a sign-in is taken without the sign-in page's token: another site's form signs the "
+     "victim's browser in as the attacker's role",
+     'idempo/console/app.py', "        if cross_site(request) or not token or \\\n"
+     "                not hmac.compare_digest(form.get('login_csrf', '').encode(), token.encode()):",
+     "        if cross_site(request):",
+     'console_tests/test_console_http.py::test_a_sign_in_from_another_site_is_refused'),
+    ('console-login-origin-unchecked', 'a sign-in the browser says comes from another site (Origin, Sec-Fetch-Site) is taken',
+     'idempo/console/app.py', "        if cross_site(request) or not token or", "        if not token or",
+     'console_tests/test_console_http.py::test_a_sign_in_from_another_site_is_refused'),
+    ('console-origin-null-refused', "a POST with Origin: null (what a browser sends under the console's "
+     'Referrer-Policy: no-referrer) is taken for another site: nobody signs in from a browser',
+     'idempo/console/app.py', "origin not in (None, 'null')", "origin is not None",
+     'console_tests/test_console_http.py::test_a_sign_in_from_another_site_is_refused'),
+    ('console-done-from-url', 'the "done" box shows a sentence from the URL: a link makes the console say anything',
+     'idempo/console/app.py', "done=take_flash(s, ('record', scope, key))",
+     "done=request.query_params.get('done') or take_flash(s, ('record', scope, key))",
+     'console_tests/test_console_http.py::test_the_done_box_shows_only_what_the_console_said'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
      'idempo/http.py', "wait=False, lease=route.lease, fast=True, verify_unknown=verify))",

@@ -21,6 +21,7 @@ from .templates import CSS, TEMPLATES
 log = logging.getLogger('idempo.console')
 
 COOKIE = 'idempo_console'
+LOGIN_COOKIE = 'idempo_console_login'     # the sign-in form's token, before any session
 TITLES = {'reviews': 'Open reviews', 'conflicts': 'Open conflicts', 'unknown': 'Unknown operations'}
 MAX_FORM = 1024 * 1024
 LOG_SAFE = "/!$&'()*+,;=:@"    # kept as they are in a logged path (with letters, digits, -._~)
@@ -59,6 +60,9 @@ class Session:
     csrf: str
     started: float
     seen: float
+    # what the last decision did, shown once on the page it leads to: (page, sentence); never
+    # taken from the URL (a link could put any sentence in the console's "done" box)
+    flash: tuple = None
 
 
 class Sessions:
@@ -149,6 +153,22 @@ def create_app(settings):
                 raise TooLarge
         return Form(urllib.parse.parse_qs(body.decode('utf-8', 'replace'), keep_blank_values=True))
 
+    def cross_site(request):
+        """A POST that the browser says comes from another site (where it says anything)."""
+        fetch_site = request.headers.get('sec-fetch-site')
+        if fetch_site is not None and fetch_site not in ('same-origin', 'none'):
+            return True
+        # 'null': what browsers send under the console's Referrer-Policy: no-referrer (it says
+        # nothing; Sec-Fetch-Site and the token still hold)
+        origin = request.headers.get('origin')
+        return origin not in (None, 'null') and urllib.parse.urlsplit(origin).netloc != request.headers.get('host')
+
+    def take_flash(s, where):
+        if s.flash is not None and s.flash[0] == where:
+            done, s.flash = s.flash[1], None
+            return done
+        return None
+
     def too_large(request, s=None):
         return page(request, 'error.html', 413, s, message='This form is too large.')
 
@@ -173,7 +193,8 @@ def create_app(settings):
                     return too_large(request, s)
                 # every change carries the session's token (and SameSite=Strict cookies besides);
                 # compared as bytes: compare_digest refuses a str that is not ASCII
-                if not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):
+                if cross_site(request) or \
+                        not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):
                     return page(request, 'error.html', 403, s, message='This form is not valid (expired or not from this console). Reload the page.')
             try:
                 conn = await run_in_threadpool(db.connect, settings.dsn, s.role, s.password)
@@ -199,19 +220,36 @@ def create_app(settings):
                 await run_in_threadpool(conn.close)
         return handler
 
+    def login_page(request, status=200, message=None):
+        # a token for this browser's sign-in form (a cookie and the form's field): a form on
+        # another site cannot have it, so it cannot sign the browser in as someone else
+        token = request.cookies.get(LOGIN_COOKIE) or ''
+        if not (len(token) == 43 and token.isascii()):
+            token = secrets.token_urlsafe(32)
+        r = page(request, 'login.html', status, message=message, login_csrf=token)
+        r.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite='strict', secure=settings.secure_cookies,
+                     path='/login')
+        return r
+
     async def login(request):
         if request.method == 'GET':
-            return page(request, 'login.html', message=None)
+            return login_page(request)
         try:
             form = await form_of(request)
         except TooLarge:
             return too_large(request)
+        token = request.cookies.get(LOGIN_COOKIE, '')
+        if cross_site(request) or not token or \
+                not hmac.compare_digest(form.get('login_csrf', '').encode(), token.encode()):
+            log.info('sign-in refused: the form is not from this console')
+            return login_page(request, 403, 'This sign-in form is not valid (expired or not from this console). '
+                                            'Sign in again.')
         role, password = form.get('role', ''), form.get('password', '')
         if not role or not password:
-            return page(request, 'login.html', 400, message='Give your role and its password.')
+            return login_page(request, 400, 'Give your role and its password.')
+        refused = login_page(request, 401, 'Sign-in failed: that role and password were not accepted.')
         if '\x00' in role or '\x00' in password:      # libpq would cut the name there
-            return page(request, 'login.html', 401, message='Sign-in failed: that role and password were not accepted.')
-        refused = page(request, 'login.html', 401, message='Sign-in failed: that role and password were not accepted.')
+            return refused
         try:
             role = await run_in_threadpool(db.sign_in, settings.dsn, role, password)
         except psycopg.Error:
@@ -225,6 +263,7 @@ def create_app(settings):
         sid = sessions.new(role, password)
         r = RedirectResponse('/', status_code=303)
         r.set_cookie(COOKIE, sid, httponly=True, samesite='strict', secure=settings.secure_cookies, path='/')
+        r.delete_cookie(LOGIN_COOKIE, path='/login')
         return r
 
     @signed_in
@@ -280,7 +319,7 @@ def create_app(settings):
         rec = db.record(conn, scope, key)
         if rec is None:
             return page(request, 'error.html', 404, s, message='There is no such record in the scopes you may see.')
-        return record_page(request, s, conn, rec, done=request.query_params.get('done'))
+        return record_page(request, s, conn, rec, done=take_flash(s, ('record', scope, key)))
 
     @signed_in
     def decide(request, s, conn, form):
@@ -299,10 +338,11 @@ def create_app(settings):
                 done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form)
                 log.info('decision %s', form.get('action', ''))
                 if form.get('action') == 'release':     # the record is gone: its scope's page says so
-                    back = f"/scopes/{urllib.parse.quote(scope, safe='')}?"
+                    back = f"/scopes/{urllib.parse.quote(scope, safe='')}"
+                    s.flash = (('scope', scope), done)
                 else:
-                    back += '&'
-                return RedirectResponse(back + urllib.parse.urlencode({'done': done}), status_code=303)
+                    s.flash = (('record', scope, key), done)
+                return RedirectResponse(back, status_code=303)
             except db.Refused as e:
                 problem = str(e)
                 status = 409 if e.stale else 422
@@ -349,7 +389,7 @@ def create_app(settings):
         sc = db.scope(conn, request.path_params['name'])
         if sc is None:
             return page(request, 'error.html', 404, s, message='There is no such scope among those you may see.')
-        return page(request, 'scope.html', session=s, sc=sc, done=request.query_params.get('done'))
+        return page(request, 'scope.html', session=s, sc=sc, done=take_flash(s, ('scope', sc['name'])))
 
     async def css(request):
         return Response(CSS, media_type='text/css')

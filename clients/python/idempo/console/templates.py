@@ -62,6 +62,7 @@ LOGIN = """{% extends "base.html" %}{% block title %}Sign in{% endblock %}{% blo
 <p>Sign in with your own PostgreSQL role: what you see and decide is what that role may, and
 idempo records you as the reviewer.</p>
 <form method="post" action="/login">
+  <input type="hidden" name="login_csrf" value="{{ login_csrf }}">
   <label for="role">Role</label>
   <input type="text" id="role" name="role" autocomplete="username" required>
   <label for="password">Password</label>
