@@ -492,3 +492,35 @@ def test_the_done_box_shows_only_what_the_console_said(data, console, person):
     assert 'done=' not in url
     _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))     # said once
     assert 'id="done"' not in body
+
+
+def test_a_change_to_a_row_the_decision_does_not_lock_is_refused(data, console, person):
+    """resolve_conflict() locks only the conflict: the record put in review by another caller
+    (READ COMMITTED) after the decision's snapshot and before the call is not met by a lock. The
+    decision's reads are held up by a lock on idempo.events (its history) to commit the change
+    in that window; the decision must still be refused as stale."""
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app',
+                store_params => true, lease => '1 minute')""")      # no audit: the change writes no event
+    cid = data.conflict('billing.refund', 'ref-1', {'amount': 1}, {'amount': 2})
+    c = console()
+    alice = person(c).sign_in('alice')
+    _, page, _, _ = alice.get(record_path('billing.refund', 'ref-1'))
+    assert '<dd id="status">succeeded</dd>' in page
+    with psycopg.connect(dbname=data.dbname) as lock:
+        lock.execute('LOCK TABLE idempo.events IN ACCESS EXCLUSIVE MODE')
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(r=alice.post('/decide', dict(
+            alice.form(page, 'resolve_conflict'), resolution='kept_stored', note='stored stands', confirm='yes'))))
+        t.start()
+        deadline = time.monotonic() + 60
+        while not data.one("""SELECT 1 FROM pg_stat_activity WHERE application_name = 'idempo console'
+                                 AND wait_event_type = 'Lock'"""):
+            assert time.monotonic() < deadline and t.is_alive(), f'the decision did not wait for the lock: {answer}'
+            time.sleep(0.02)
+        data.sql("SELECT idempo.request_review('billing.refund', 'ref-1', 'a person must look at this')")
+        lock.rollback()
+    t.join(60)
+    status, body, _, _ = answer['r']
+    assert status == 409 and 'changed while you decided' in body, (status, text_of(body)[:300])
+    assert '<dd id="status">in_review</dd>' in body
+    assert data.one('SELECT resolved_at FROM idempo.conflicts WHERE id = %s', (cid,))[0] is None

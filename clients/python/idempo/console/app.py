@@ -201,6 +201,14 @@ def create_app(settings):
             except psycopg.OperationalError:
                 sessions.end(request.cookies.get(COOKIE))
                 return RedirectResponse('/login', status_code=303)
+            second = []
+
+            def committed():
+                """A second connection, opened once per request, for what others committed."""
+                if not second:
+                    second.append(db.connect(settings.dsn, s.role, s.password))
+                return second[0]
+            request.state.committed = committed
             try:
                 return await run_in_threadpool(fn, request, s, conn, form)
             except psycopg.errors.InsufficientPrivilege as e:
@@ -218,6 +226,8 @@ def create_app(settings):
                 return route_failed(request, fn, e, 500, s)
             finally:
                 await run_in_threadpool(conn.close)
+                for c in second:
+                    await run_in_threadpool(c.close)
         return handler
 
     def login_page(request, status=200, message=None):
@@ -335,7 +345,8 @@ def create_app(settings):
             problem = 'Tick the confirmation to decide.'
         if problem is None:
             try:
-                done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form)
+                done = db.decide(conn, s.role, scope, key, form.get('token', ''), form.get('action', ''), note, form,
+                                 request.state.committed)
                 log.info('decision %s', form.get('action', ''))
                 if form.get('action') == 'release':     # the record is gone: its scope's page says so
                     back = f"/scopes/{urllib.parse.quote(scope, safe='')}"
@@ -379,7 +390,7 @@ def create_app(settings):
                 'A decision needs a note: say why.' if not note else 'Tick the confirmation to decide.')
             return page(request, 'bulk.html', 200 if problem is None else 422, s, picks=picks,
                         resolution=resolution, message=problem, result=None)
-        decided, refused = db.decide_many(conn, s.role, picks, resolution, note)
+        decided, refused = db.decide_many(conn, s.role, picks, resolution, note, request.state.committed)
         log.info('decision resolve on %d records by one person (%d refused)', len(decided), len(refused))
         return page(request, 'bulk.html', session=s, picks=picks, resolution=resolution, message=None,
                     result=dict(decided=decided, refused=refused))

@@ -9,7 +9,11 @@ Staleness: every page that offers a decision carries a token of the state it sho
 record, its open review, its open conflicts).  A decision runs in one REPEATABLE READ
 transaction: the state is read again and compared with the token (refused if it differs),
 then idempo's own function is called, which locks the record; a change committed after the
-transaction's snapshot makes that lock fail with 40001, refused the same way.
+transaction's snapshot makes that lock fail with 40001, refused the same way.  The function
+locks only what it writes (resolve_conflict the conflict, resolve the record), and a reviewer
+may not lock rows (FOR UPDATE needs UPDATE on idempo's tables, which would let them write
+the tables directly): so before committing, the state is read once more on a second
+connection, which sees what others committed since the snapshot, and compared with the token.
 """
 import datetime
 import hashlib
@@ -29,6 +33,9 @@ VISIBLE = """(s.allowed_role IS NULL OR EXISTS (
 KEY_MATCH = """(%(q)s::text IS NULL
     OR (NOT s.hash_keys AND pg_catalog.starts_with(x.key, %(q)s))
     OR (s.hash_keys AND x.key IN (%(q)s, pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(%(q)s, 'UTF8')), 'hex'))))"""
+
+
+CHANGED_WHILE = 'The record changed while you decided: nothing was decided. This is the record as it is now.'
 
 
 class Refused(Exception):
@@ -204,13 +211,13 @@ def tokens(conn, rows):
     return out
 
 
-def decide_many(conn, person, picks, resolution, note):
+def decide_many(conn, person, picks, resolution, note, committed=None):
     """resolve() for each (scope, key, token) picked, each in a transaction of its own and only if
     the record is still in the state it was picked in; returns (decided, refused) lists."""
     decided, refused = [], []
     for scope_name, key, token in picks:
         try:
-            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution})
+            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution}, committed)
             decided.append((scope_name, key))
         except Refused as e:
             refused.append((scope_name, key, str(e)))
@@ -224,8 +231,10 @@ def state_token(op, review, conflicts_):
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def decide(conn, person, scope_name, key, token, action, note, form):
-    """One decision through idempo's functions; returns a sentence saying what was done."""
+def decide(conn, person, scope_name, key, token, action, note, form, committed=None):
+    """One decision through idempo's functions; returns a sentence saying what was done.
+    committed(): a second connection as the same person (autocommit), to read what others have
+    committed meanwhile."""
     conn.autocommit = False
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     notices = []
@@ -239,9 +248,15 @@ def decide(conn, person, scope_name, key, token, action, note, form):
                 raise Refused('The record changed since you read it: nothing was decided. '
                               'This is the record as it is now.', stale=True)
             done = _call(conn, person, rec, action, note, form)
+            # what others committed after the snapshot, to rows the function did not lock: the
+            # second connection does not see this transaction's changes, so it must still show
+            # the page's state (left: a change committed between this read and the commit)
+            if committed is not None:
+                now = record(committed(), scope_name, key, history=False)
+                if now is None or now['token'] != token:
+                    raise Refused(CHANGED_WHILE, stale=True)      # rolls the decision back
     except psycopg.errors.SerializationFailure:
-        raise Refused('The record changed while you decided: nothing was decided. '
-                      'This is the record as it is now.', stale=True)
+        raise Refused(CHANGED_WHILE, stale=True)
     except psycopg.Error as e:
         raise Refused(f'idempo refused: {e.diag.message_primary} ({e.sqlstate})'
                       + (f' {e.diag.message_hint}' if e.diag.message_hint else ''))
