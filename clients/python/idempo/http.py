@@ -171,7 +171,8 @@ class Route:
                  calls again: only for another system that deduplicates by ctx.provider_key).
                  Either way a request refused before its view ran (Context.started is False:
                  Django's CSRF check, Flask's before_request) is failed retryable
-    lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
+    lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's.  calls_out:
+                 a heartbeat holds it while the handler runs, until ctx.begin()
     retry_after  seconds in Retry-After of a 503, and of a busy 409 whose lease is not known (the
                  first request's claim not committed yet); a busy 409 with a lease: its seconds left
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
@@ -449,10 +450,11 @@ def _invalid_json(err) -> bool:
     return isinstance(err, InvalidArgument) or sqlstate_of(err) in ('22P02', '22P05', '22025', '22032')
 
 
-def _claim(route, info, key, verify):
+def _claim(route, info, key, verify, fast=True):
     try:
         return (yield from F.claim_flow(route.scope, key, params_sql=params_sql(info), params_args=params_args(info),
-                                        wait=False, lease=route.lease, fast=True, now=True, verify_unknown=verify))
+                                        wait=False, lease=route.lease, fast=fast, narrow=not fast, now=True,
+                                        verify_unknown=verify))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
         if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):
@@ -546,7 +548,8 @@ def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
         verify = route.lookup is not None and left > 0
         yield F.Begin()
         try:
-            claim = yield from _claim(route, info, key, verify)
+            # not the fast columns: the acquired attempt's lease end sets its heartbeat
+            claim = yield from _claim(route, info, key, verify, fast=False)
         finally:
             yield F.Commit()
         if claim.outcome is Outcome.ACQUIRED:
@@ -555,13 +558,24 @@ def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
         if reply is not None:
             return reply
     ctx = Context(conn, route.scope, key, claim.attempt, route, claim)
+    # The heartbeat holds the attempt's lease while the handler calls out, as call_once's does: an
+    # outside call longer than the lease would otherwise turn the key unknown under it, and a
+    # retry's lookup (or a verifier) that finds nothing yet would run the next attempt, a second
+    # call.  ctx.begin() stops it before the transaction opens on the same connection; every exit
+    # below stops it too (stopping twice is nothing).  A beat refused (the lease was lost) needs no
+    # answer: complete() is fenced by the attempt.
+    beat = F.heartbeat_for(claim)
+    if beat is not None:
+        yield beat
     try:
         reply = yield F.Call(handler, (ctx,))
     except BaseException as err:
+        yield F.HeartbeatStop()
         if ctx.began:
             yield F.Rollback()
         yield from _release(route, claim, err, ctx.started)
         raise
+    yield F.HeartbeatStop()
     if not route.store(reply.status):
         if ctx.began:
             yield F.Rollback()
@@ -604,6 +618,7 @@ def serve(runner, conn, route: Route, info: RequestInfo, key: str, app: Callable
     once."""
     def begin(ctx):
         if not ctx.began:
+            runner.do(F.HeartbeatStop())       # before the transaction opens on the same connection
             runner.begin()
             ctx.began = True
 

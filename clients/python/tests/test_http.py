@@ -759,6 +759,100 @@ def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, sco
     assert status_of(db, s, 'pay-1') == 'succeeded' and len(calls) == 1
 
 
+def _slow_call_service(kind, dbname, route, calls, outside_call):
+    """A calls_out service (in this process, WSGI or ASGI) whose handler records its call, runs
+    outside_call() (the other system) and then writes through ctx.begin(); -> post(key) ->
+    (status, headers, body bytes)."""
+    import asyncio
+    import io
+    if kind == 'wsgi':
+        from idempo.wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
+
+        def app(environ, start_response):
+            ctx = environ[ENVIRON_KEY]
+            calls.append(ctx.attempt)
+            outside_call()
+            ctx.begin()
+            ctx.conn.execute('SELECT 1')
+            start_response('201 Created', [('content-type', 'application/json')])
+            return [b'{"attempt": %d}' % ctx.attempt]
+        mw = IdempotencyMiddleware(app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+        def post(key):
+            got = {}
+            environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/pay', 'CONTENT_TYPE': 'application/json',
+                       'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': key}
+            body = b''.join(mw(environ, lambda status, headers: got.update(status=status, headers=dict(headers))))
+            return int(got['status'][:3]), got['headers'], body
+        return post
+    from idempo.asgi import IdempotencyMiddleware, connect
+
+    async def asgi_app(asgi_scope, receive, send):
+        ctx = asgi_scope['state']['idempo']
+        calls.append(ctx.attempt)
+        await asyncio.to_thread(outside_call)
+        await ctx.begin()
+        await ctx.conn.execute('SELECT 1')
+        await send({'type': 'http.response.start', 'status': 201, 'headers': [(b'content-type', b'application/json')]})
+        await send({'type': 'http.response.body', 'body': b'{"attempt": %d}' % ctx.attempt})
+    amw = IdempotencyMiddleware(asgi_app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+    def apost(key):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
+                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
+        asyncio.run(amw(asgi_scope, receive, send))
+        return (sent[0]['status'], {k.decode(): v.decode() for k, v in sent[0]['headers']},
+                b''.join(m.get('body', b'') for m in sent[1:]))
+    return apost
+
+
+@pytest.mark.parametrize('kind', ['wsgi', 'asgi'])
+def test_a_calls_out_handler_holds_its_lease_while_the_outside_call_runs(kind, dbname, db, scope):
+    """A calls_out handler whose outside call outlasts the lease and the scope's verify_settle:
+    the heartbeat holds the attempt's lease, so a retry on a route whose lookup finds nothing
+    (the first call is still in flight) is answered 409 key-in-use with Retry-After, and the
+    other system is called once.  (With no heartbeat the key turned unknown under the call, the
+    retry verified not-found and ran attempt 2: a second call.)  The first request then
+    completes, and its reply is replayed."""
+    from idempo.http import Route
+    s = scope(verify_settle='0.5 seconds')
+    calls, release = [], threading.Event()
+
+    def outside_call():
+        if len(calls) == 1:
+            release.wait(30)
+    route = Route(s, calls_out=True, lease='1 second', lookup=lambda provider_key: None)
+    post = _slow_call_service(kind, dbname, route, calls, outside_call)
+    first = {}
+    worker = threading.Thread(target=lambda: first.update(answer=post('pay-1')))
+    worker.start()
+    try:
+        wait_for('the first call to be in flight', lambda: len(calls) == 1)
+        lease_end = one(db, "SELECT lease_expires_at FROM idempo.lookup(%s, 'pay-1')", [s])
+        assert lease_end is not None
+        # the lease as claimed, and verify_settle after it, have passed while the call runs
+        wait_for('the first lease and verify_settle to pass', lambda: one(
+            db, "SELECT idempo.now() > %s::timestamptz + interval '0.6 seconds'", [lease_end]))
+        status, headers, body = post('pay-1')
+        assert status == 409, f'the retry answered {status} {body!r}: attempts called {calls}'
+        assert json.loads(body)['code'] == 'key-in-use' and int(headers['retry-after']) >= 1
+        assert calls == [1]
+    finally:
+        release.set()
+        worker.join(30)
+    assert first['answer'][0] == 201 and json.loads(first['answer'][2]) == {'attempt': 1}
+    status, headers, body = post('pay-1')
+    assert (status, headers.get('idempotent-replayed'), json.loads(body)) == (201, 'true', {'attempt': 1})
+    assert calls == [1] and status_of(db, s, 'pay-1') == 'succeeded'
+
+
 def test_tenant_and_key_cannot_be_shifted_into_each_other():
     # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
     # same idempo key would replay one client's reply to the other
