@@ -306,9 +306,26 @@ function foundResult(found, keepHeaders) {
   return found;
 }
 
-// A retry that verified and found nothing claims again (the next attempt); a verify race claims
-// again too.  The last claim takes no verification lease: it is answered, not verified.
-const CLAIMS = 3;
+// With options.lookup, a claim answered unknown (it took no verification lease, as every claim
+// first) is claimed again taking the verification lease, with the short options.lookupLease: a
+// lookup that fails (the other system down) then locks the retries and the verifier out for that
+// long, not for the attempt's lease (the claim's lease applies to the verification lease).  A
+// retry that verified and found nothing claims again (the next attempt); a verify race claims
+// again too.  Twice at most: the claim after that takes no verification lease, it is answered.
+// The Python middleware does the same (Route(lookup_lease=30), in seconds).
+const VERIFIES = 2;
+const LOOKUP_LEASE_MS = 30000;
+
+class LookupFailed extends Error {}
+
+// 503 lookup-failed: options.lookup threw; nothing decided, the verification lease (lookupLease)
+// runs out and the next retry looks again.  The Python middleware answers the same.
+function lookupFailed(options) {
+  const ms = typeof options.lookupLease === 'number' ? options.lookupLease : LOOKUP_LEASE_MS;
+  return problem(503, 'lookup-failed', 'The outcome of the request with this idempotency key could not be looked up',
+    'Nothing was decided; retry later with the same key.', { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) },
+    options.problemTypeBase);
+}
 
 // The database could not be reached or the connection was lost before the request's outcome
 // committed: nothing is stored for the key (lost during COMMIT, nobody can tell; the retry with
@@ -375,12 +392,20 @@ class Exchange {
   // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
   async begin() {
     await this.idem.ensureVersion();
-    for (let left = CLAIMS - 1; ; left -= 1) {
-      const verify = typeof this.options.lookup === 'function' && left > 0;
+    let verify = false;
+    let verifies = VERIFIES;
+    for (;;) {
       const begun = this.mode === 'lease' ? await this._beginLease(verify) : await this._beginTransaction(verify);
       if (!begun.unknown) return begun;
+      if (!verify && verifies > 0) {         // again, taking the verification lease
+        verify = true;
+        verifies -= 1;
+        continue;
+      }
+      if (!verify) return { answer: answerFor(begun.unknown, this.options) };
       const answer = await this._verifyUnknown(begun.unknown);
       if (answer) return { answer };
+      verify = false;
     }
   }
 
@@ -389,12 +414,32 @@ class Exchange {
   // is to be claimed again (not found and retryable now, or another verifier won the race).
   async _verifyUnknown(claim) {
     const keep = this.options.keepHeaders;
-    const settled = await this.idem._settle(this.scope, this.key, claim,
-      { lookup: this.options.lookup, record: (tx, found) => foundResult(found, keep) });
+    const { lookup } = this.options;
+    let settled;
+    try {
+      settled = await this.idem._settle(this.scope, this.key, claim, {
+        lookup: async (ctx) => {
+          try {
+            return await lookup(ctx);
+          } catch (err) {
+            throw new LookupFailed(String(err && err.message), { cause: err });
+          }
+        },
+        record: (tx, found) => foundResult(found, keep),
+      });
+    } catch (err) {
+      if (err && err.cause instanceof LookupFailed) return lookupFailed(this.options);
+      throw err;
+    }
     if (settled === null) return null;
     if (settled === UNSETTLED) return inDoubt(this.options, (await this.idem._settleWindow(this.scope, this.key)).settlesAt);
     return answerFor({ outcome: Outcome.REPLAY, status: settled.status, result: settled.result, targetRef: settled.targetRef },
       this.options);
+  }
+
+  // the claim's lease: a claim taking the verification lease takes the short lookupLease
+  _leaseFor(verify) {
+    return verify ? (this.options.lookupLease ?? LOOKUP_LEASE_MS) : this.options.lease;
   }
 
   async _beginTransaction(verify) {
@@ -415,7 +460,7 @@ class Exchange {
     if (error) throw translate(error, this.options);
     if (claim.outcome !== Outcome.ACQUIRED) {
       await this.txDone;
-      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
+      if (claim.outcome === Outcome.UNKNOWN && typeof this.options.lookup === 'function') return { unknown: claim };
       return { answer: answerFor(claim, this.options) };
     }
     this.claim = claim;
@@ -425,7 +470,7 @@ class Exchange {
   async _claim(db, verify) {
     try {
       return await this.idem._on(db)._claim(this.scope, this.key,
-        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify }, true);
+        { params: this.params, wait: false, lease: this._leaseFor(verify), verifyUnknown: verify }, true);
     } catch (err) {
       throw translate(err, this.options);
     }
@@ -435,12 +480,12 @@ class Exchange {
     let claim;
     try {
       claim = await this.idem.claim(this.scope, this.key,
-        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify });
+        { params: this.params, wait: false, lease: this._leaseFor(verify), verifyUnknown: verify });
     } catch (err) {
       throw translate(err, this.options);
     }
     if (claim.outcome !== Outcome.ACQUIRED) {
-      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
+      if (claim.outcome === Outcome.UNKNOWN && typeof this.options.lookup === 'function') return { unknown: claim };
       return { answer: answerFor(claim, this.options) };
     }
     this.claim = claim;

@@ -32,6 +32,7 @@ failed retryable whatever on_error says.
 from __future__ import annotations
 
 import base64
+import inspect
 import math
 import hashlib
 import json
@@ -185,7 +186,10 @@ class Route:
                  nothing found, once the scope's verify_settle has passed, makes the request run
                  as the next attempt (before that: 409 key-in-doubt).  Without it (the default) a
                  retry is answered 409 and leaves the verification lease free for a verifier
-                 (claim(verify_unknown => false)); an async function in ASGI apps
+                 (claim(verify_unknown => false)); an async function in ASGI apps.  A lookup
+                 that raises is answered 503 lookup-failed, nothing decided
+    lookup_lease seconds of the verification lease a request takes to look up (30): short, so
+                 that a lookup that failed locks the retries and the verifier out only so long
     """
     scope: str
     calls_out: bool = False
@@ -201,6 +205,7 @@ class Route:
     docs: str = PROBLEM_TYPE_BASE
     keep_headers: Sequence[str] = ()
     lookup: Optional[Callable[[str], Any]] = None
+    lookup_lease: float = 30
 
     def __post_init__(self):
         # a misspelt on_error would otherwise act as one of the two without saying which
@@ -453,7 +458,8 @@ def _invalid_json(err) -> bool:
 def _claim(route, info, key, verify, fast=True):
     try:
         return (yield from F.claim_flow(route.scope, key, params_sql=params_sql(info), params_args=params_args(info),
-                                        wait=False, lease=route.lease, fast=fast, narrow=not fast, now=True,
+                                        wait=False, lease=route.lookup_lease if verify else route.lease, fast=fast,
+                                        narrow=not fast, now=True,
                                         verify_unknown=verify))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
@@ -463,9 +469,44 @@ def _claim(route, info, key, verify, fast=True):
         raise
 
 
-# A retry that verified and found nothing claims again (the next attempt); a verify race claims
-# again too.  The last claim takes no verification lease: it is answered, not verified.
-CLAIMS = 3
+# On a route with a lookup, a claim answered unknown (it took no verification lease, as every claim
+# first) is claimed again taking the verification lease, with the route's short lookup_lease: a
+# lookup that fails (the other system down) then locks the retries and the verifier out for that
+# long, not for the attempt's lease (the claim's lease => applies to the verification lease).  A
+# retry that verified and found nothing claims again (the next attempt); a verify race claims
+# again too.  Twice at most: the claim after that takes no verification lease, it is answered.
+VERIFIES = 2
+
+
+class LookupFailed(Exception):
+    """The route's lookup raised: nothing was decided."""
+
+
+def _guarded(lookup):
+    """The lookup, its own exceptions raised as LookupFailed (a database error is not one)."""
+    if inspect.iscoroutinefunction(lookup):
+        async def guarded(provider_key):
+            try:
+                return await lookup(provider_key)
+            except Exception as err:
+                raise LookupFailed(F.error_text(err)) from err
+        return guarded
+
+    def guarded(provider_key):
+        try:
+            return lookup(provider_key)
+        except Exception as err:
+            raise LookupFailed(F.error_text(err)) from err
+    return guarded
+
+
+def lookup_failed(route: Route) -> Reply:
+    """503 lookup-failed: the route's lookup raised; nothing decided, the verification lease (the
+    route's lookup_lease) runs out and the next retry looks again.  The Node middleware answers the
+    same."""
+    return problem(503, 'lookup-failed', 'The outcome of the request with this idempotency key could not be looked up',
+                   'Nothing was decided; retry later with the same key.',
+                   [('retry-after', str(max(1, math.ceil(float(route.lookup_lease)))))], docs=route.docs)
 
 
 def in_doubt(route: Route, doubt: Unknown) -> Reply:
@@ -487,7 +528,9 @@ def _verify_unknown(route: Route, key: str, claim: Claim):
     def result_of(conn, found):
         return found.stored(stored) if isinstance(found, Reply) else found
     try:
-        done = yield from F.verify_flow(None, claim, f'{route.scope}/{key}', route.lookup, result_of, None)
+        done = yield from F.verify_flow(None, claim, f'{route.scope}/{key}', _guarded(route.lookup), result_of, None)
+    except LookupFailed:
+        return lookup_failed(route)
     except Superseded:
         return None
     except Unknown as doubt:
@@ -505,23 +548,36 @@ def _answer(route: Route, key: str, claim: Claim, verified: bool):
     return answer_for(route, claim)
 
 
-def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
-    """Claim, the handler and complete in one transaction.  -> Reply."""
-    for left in range(CLAIMS - 1, -1, -1):
-        verify = route.lookup is not None and left > 0
+def _claims(route: Route, info: RequestInfo, key: str, one_transaction: bool):
+    """Claim until acquired or answered.  -> (the acquired claim, None) or (None, the reply).
+    one_transaction: an acquired claim's transaction stays open for the handler (and a claim
+    that fails rolls back); else every claim commits."""
+    verify, verifies = False, VERIFIES
+    while True:
         yield F.Begin()
         try:
-            claim = yield from _claim(route, info, key, verify)
-            if claim.outcome is not Outcome.ACQUIRED:
-                yield F.Commit()          # a claim may have written (a review, a conflict, a lease): keep it
+            claim = yield from _claim(route, info, key, verify, fast=one_transaction)
         except BaseException:
-            yield F.Rollback()
+            yield F.Rollback() if one_transaction else F.Commit()
             raise
+        if not (one_transaction and claim.outcome is Outcome.ACQUIRED):
+            yield F.Commit()              # a claim may have written (a review, a conflict, a lease): keep it
         if claim.outcome is Outcome.ACQUIRED:
-            break
+            return claim, None
+        if claim.outcome is Outcome.UNKNOWN and route.lookup is not None and not verify and verifies > 0:
+            verify, verifies = True, verifies - 1          # again, taking the verification lease
+            continue
         reply = yield from _answer(route, key, claim, verify)
         if reply is not None:
-            return reply
+            return None, reply
+        verify = False
+
+
+def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
+    """Claim, the handler and complete in one transaction.  -> Reply."""
+    claim, reply = yield from _claims(route, info, key, True)
+    if reply is not None:
+        return reply
     return (yield from _handle_in_transaction(conn, route, key, claim, handler))
 
 
@@ -544,19 +600,10 @@ def _handle_in_transaction(conn, route: Route, key: str, claim: Claim, handler):
 def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     """The claim commits; the handler calls out, then ctx.begin() and writes; complete commits
     with the writes.  -> Reply."""
-    for left in range(CLAIMS - 1, -1, -1):
-        verify = route.lookup is not None and left > 0
-        yield F.Begin()
-        try:
-            # not the fast columns: the acquired attempt's lease end sets its heartbeat
-            claim = yield from _claim(route, info, key, verify, fast=False)
-        finally:
-            yield F.Commit()
-        if claim.outcome is Outcome.ACQUIRED:
-            break
-        reply = yield from _answer(route, key, claim, verify)
-        if reply is not None:
-            return reply
+    # not the fast columns: the acquired attempt's lease end sets its heartbeat
+    claim, reply = yield from _claims(route, info, key, False)
+    if reply is not None:
+        return reply
     ctx = Context(conn, route.scope, key, claim.attempt, route, claim)
     # The heartbeat holds the attempt's lease while the handler calls out, as call_once's does: an
     # outside call longer than the lease would otherwise turn the key unknown under it, and a

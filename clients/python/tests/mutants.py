@@ -61,6 +61,10 @@ MUTANTS = [
      'finds nothing yet runs attempt 2, a second call',
      'idempo/http.py', "    beat = F.heartbeat_for(claim)\n", "    beat = None\n",
      'tests/test_http.py -k holds_its_lease'),
+    ('http-lookup-lease-long', "a request takes the verification lease for its lookup with the attempt's lease: a "
+     'lookup that fails locks the retries and the verifier out for that long',
+     'idempo/http.py', "lease=route.lookup_lease if verify else route.lease,", "lease=route.lease,",
+     'tests/test_http.py -k lookup_that_fails'),
     ('http-lookup-not-called', 'a route with a lookup answers an unknown key 409 without looking it up',
      'idempo/http.py', "    if verified and claim.outcome is Outcome.UNKNOWN:", "    if False:",
      'tests/test_http.py::test_a_route_lookup_settles_an_unknown_key_on_the_retry'),

@@ -853,6 +853,44 @@ def test_a_calls_out_handler_holds_its_lease_while_the_outside_call_runs(kind, d
     assert calls == [1] and status_of(db, s, 'pay-1') == 'succeeded'
 
 
+def test_a_lookup_that_fails_answers_503_and_holds_the_key_only_for_the_lookup_lease(dbname, db, scope):
+    """A route's lookup that raises (the other system down): the request is answered 503
+    lookup-failed with Retry-After, nothing decided, and the verification lease it took is the
+    route's short lookup_lease, not the scope's hour: the verifier job's claim (and the next
+    retry) gets the key once that ran out.  (Before: a bare 500, and the key locked out for the
+    scope's lease.)"""
+    from idempo.http import Reply, Route
+    s = scope(lease='1 hour')
+    down, charges = [True], []
+
+    def lookup(provider_key):
+        if down[0]:
+            raise ConnectionRefusedError('the other system is down')
+        return Reply(200, [('content-type', 'application/json')], b'{"charged": "as found"}')
+    route = Route(s, calls_out=True, lookup=lookup)
+    route.lookup_lease = 1
+    post = _lost_reply_service(dbname, route, charges)
+    charges.append('the first call, whose service died')          # the service's next call is not the first
+    # a service that died mid-call: its claim's lease runs out
+    db.execute("SELECT idempo.claim(%s, 'pay-1', params => jsonb_build_object('method', 'POST', 'path', '/pay', "
+               "'json', '{}'::jsonb), lease => '0.2 seconds')", [s])
+    _until_unknown(db, s, 'pay-1')
+    status, headers, answer = post('pay-1')
+    assert (status, answer['code'], headers['retry-after']) == ('503', 'lookup-failed', '1')
+    assert status_of(db, s, 'pay-1') == 'unknown'
+    assert one(db, "SELECT lease_expires_at <= idempo.now() + interval '1 second' "
+                   "FROM idempo.lookup(%s, 'pay-1')", [s]), 'the verification lease is not the lookup_lease'
+    status, headers, answer = post('pay-1')                 # the lookup lease runs
+    assert (status, answer['code']) == ('409', 'key-in-use')
+    wait_for('the lookup lease to run out', lambda: one(
+        db, "SELECT lease_expires_at IS NULL OR lease_expires_at <= idempo.now() FROM idempo.lookup(%s, 'pay-1')", [s]))
+    assert one(db, "SELECT outcome::text FROM idempo.claim(%s, 'pay-1', params => NULL)", [s]) == 'unknown'
+    db.execute("SELECT idempo.verify(%s, 'pay-1', 1, found => true, result => %s::jsonb)",
+               [s, json.dumps({'status': 200, 'headers': [], 'body': '{"charged": "by the verifier"}'})])
+    assert post('pay-1')[:3:2] == ('200', {'charged': 'by the verifier'})
+    assert charges == ['the first call, whose service died']
+
+
 def test_tenant_and_key_cannot_be_shifted_into_each_other():
     # tenant "acme" with key "eu/x" and tenant "acme/eu" with key "x" are two clients' keys: the
     # same idempo key would replay one client's reply to the other
