@@ -257,6 +257,13 @@ function isStoredReply(stored) {
     && typeof body === 'string' && typeof base64 === 'string';
 }
 
+// options.retryAfter: the seconds of Retry-After in a 503, a key-in-doubt 409 and a busy 409
+// whose lease is not known (1); the Python middleware's Route(retry_after=).
+function retryAfterOf(options) {
+  const seconds = options && options.retryAfter;
+  return Number.isInteger(seconds) && seconds >= 1 ? seconds : 1;
+}
+
 // The reply for an outcome that did not hand the work to this request.
 function answerFor(claimOrError, options) {
   const typeBase = options.problemTypeBase;
@@ -273,7 +280,7 @@ function answerFor(claimOrError, options) {
       return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
     }
     case Outcome.BUSY: {
-      const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : 1000;
+      const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : retryAfterOf(options) * 1000;
       return problem(409, 'key-in-use', 'A request with this idempotency key is being processed',
         'Retry later with the same key.', { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) }, typeBase);
     }
@@ -291,7 +298,8 @@ function answerFor(claimOrError, options) {
 function inDoubt(options, settlesAt) {
   return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
     'It was looked up and not found, too early to be sure that it did not happen; retry later with the same key.',
-    { 'retry-after': '1' }, options.problemTypeBase, { settles_at: settlesAt ? settlesAt.toISOString() : null });
+    { 'retry-after': String(retryAfterOf(options)) }, options.problemTypeBase,
+    { settles_at: settlesAt ? settlesAt.toISOString() : null });
 }
 
 // What options.lookup found, as verify records it: a reply ({status, headers, body}: body a
@@ -332,7 +340,7 @@ function lookupFailed(options) {
 // the same key replays what did commit).  A 503 the client retries, never a 500.
 function unavailable(options) {
   return problem(503, 'database-unavailable', 'The database could not be reached',
-    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': '1' },
+    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': String(retryAfterOf(options)) },
     options.problemTypeBase);
 }
 

@@ -367,6 +367,9 @@ for (const framework of ['express', 'fastify']) {
       const doubt = await post('/charges-looked-up', { amount_cents: 900, fault: 'drop-request' }, n);
       assert.equal(doubt.status, 409, doubt.body);
       assert.match(JSON.parse(doubt.body).type, /#key-in-doubt$/);  // verify_settle (1 minute) has not passed
+      assert.equal(doubt.headers['retry-after'], '7');               // the route's retryAfter
+      // one format in both middlewares: ISO 8601, UTC, milliseconds, 'Z'
+      assert.match(JSON.parse(doubt.body).settles_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       assert.equal(await statusOf(scope, n), 'unknown');
       assert.equal(await one(pool, 'SELECT lease_expires_at IS NULL FROM idempo.lookup($1, $2)', [scope, n]), true);
       assert.equal(plain.state.actions.get(`${scope}/${n}`), undefined);

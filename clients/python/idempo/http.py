@@ -32,6 +32,7 @@ failed retryable whatever on_error says.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import inspect
 import math
 import hashlib
@@ -516,7 +517,13 @@ def in_doubt(route: Route, doubt: Unknown) -> Reply:
     return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
                    'It was looked up and not found, too early to be sure that it did not happen; retry later with '
                    'the same key.', [('retry-after', str(route.retry_after))], docs=route.docs,
-                   extra={'settles_at': settles_at.isoformat() if settles_at is not None else None})
+                   extra={'settles_at': iso_utc(settles_at) if settles_at is not None else None})
+
+
+def iso_utc(when) -> str:
+    """ISO 8601 in UTC with milliseconds and 'Z', as JavaScript's toISOString (the Node middleware's
+    settles_at): one format in both."""
+    return when.astimezone(_dt.timezone.utc).isoformat(timespec='milliseconds').replace('+00:00', 'Z')
 
 
 def _verify_unknown(route: Route, key: str, claim: Claim):

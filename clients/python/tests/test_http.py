@@ -6,6 +6,7 @@ that honours Idempotency-Key, as real ones do."""
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -702,6 +703,8 @@ def test_a_route_lookup_settles_an_unknown_key_on_the_retry(dbname, db, scope):
     _until_unknown(db, s, 'pay-1')
     status, _, answer = post('pay-1')
     assert (status, answer['code']) == ('409', 'key-in-doubt') and answer['settles_at'] is not None
+    # one format in both middlewares: ISO 8601, UTC, milliseconds, 'Z' (JavaScript's toISOString)
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z', answer['settles_at']), answer['settles_at']
     assert status_of(db, s, 'pay-1') == 'unknown'
     assert one(db, "SELECT lease_expires_at IS NULL FROM idempo.lookup(%s, 'pay-1')", [s])
     assert charges == [f'{s}/pay-1']

@@ -120,7 +120,7 @@ function lookUpCharge({ scope, key }) {
     }).on('error', reject);
   });
 }
-const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge };
+const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge, retryAfter: 7 };
 // the same in a scope whose verify_settle is 1 ms: nothing found is believed at once
 const chargesSettled = { scope: `${prefix}.looked-up-settled`, mode: 'lease', lookup: lookUpCharge };
 // a lookup that always fails (the other system down), in a scope whose lease is an hour: the
