@@ -421,6 +421,31 @@ def test_busy_during_the_provider_call(shop):
     assert service.post('/payments', body, k)[1]['idempotent-replayed'] == 'true'
 
 
+def test_the_lease_is_extended_while_the_provider_call_runs(shop):
+    """Over real HTTP on each framework (Django's beat goes to its driver's connection): while the
+    calls_out handler waits for the provider, the heartbeat moves the attempt's lease end on
+    (every third of the lease, 3 s here: the shop's provider call times out after 10 s); the
+    call then completes."""
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 103, 'amount_cents': 995}
+    provider.gate.clear()
+    db.execute("SELECT idempo.alter_scope('http.payments', lease => '3 seconds')")
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            first = pool.submit(service.post, '/payments', body, k)
+            wait_for('the provider call to be in flight', lambda: provider.waiting == 1)
+            claimed_end = one(db, 'SELECT lease_expires_at FROM idempo.lookup(%s, %s)', ['http.payments', f'anonymous/{k}'])
+            wait_for('a heartbeat to extend the lease', lambda: one(
+                db, 'SELECT lease_expires_at > %s FROM idempo.lookup(%s, %s)',
+                [claimed_end, 'http.payments', f'anonymous/{k}']), timeout=8)
+        finally:
+            provider.gate.set()
+            db.execute("SELECT idempo.alter_scope('http.payments', lease => '30 seconds')")
+        expect(first.result()[0], 201)
+    assert status_of(db, 'http.payments', f'anonymous/{k}') == 'succeeded'
+
+
 def test_provider_fails_502_then_attempt_2(shop):
     service, db, provider = shop
     k = new_key()
