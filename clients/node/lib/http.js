@@ -257,6 +257,13 @@ function isStoredReply(stored) {
     && typeof body === 'string' && typeof base64 === 'string';
 }
 
+// options.retryAfter: the seconds of Retry-After in a 503, a key-in-doubt 409 and a busy 409
+// whose lease is not known (1); the Python middleware's Route(retry_after=).
+function retryAfterOf(options) {
+  const seconds = options && options.retryAfter;
+  return Number.isInteger(seconds) && seconds >= 1 ? seconds : 1;
+}
+
 // The reply for an outcome that did not hand the work to this request.
 function answerFor(claimOrError, options) {
   const typeBase = options.problemTypeBase;
@@ -273,7 +280,7 @@ function answerFor(claimOrError, options) {
       return { status: stored.status, headers: { ...headersOfStored(stored), 'idempotent-replayed': 'true' }, body: bodyOfStored(stored) };
     }
     case Outcome.BUSY: {
-      const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : 1000;
+      const ms = claim.leaseLeftMs !== null && claim.leaseLeftMs > 0 ? claim.leaseLeftMs : retryAfterOf(options) * 1000;
       return problem(409, 'key-in-use', 'A request with this idempotency key is being processed',
         'Retry later with the same key.', { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) }, typeBase);
     }
@@ -291,7 +298,8 @@ function answerFor(claimOrError, options) {
 function inDoubt(options, settlesAt) {
   return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
     'It was looked up and not found, too early to be sure that it did not happen; retry later with the same key.',
-    { 'retry-after': '1' }, options.problemTypeBase, { settles_at: settlesAt ? settlesAt.toISOString() : null });
+    { 'retry-after': String(retryAfterOf(options)) }, options.problemTypeBase,
+    { settles_at: settlesAt ? settlesAt.toISOString() : null });
 }
 
 // What options.lookup found, as verify records it: a reply ({status, headers, body}: body a
@@ -306,16 +314,33 @@ function foundResult(found, keepHeaders) {
   return found;
 }
 
-// A retry that verified and found nothing claims again (the next attempt); a verify race claims
-// again too.  The last claim takes no verification lease: it is answered, not verified.
-const CLAIMS = 3;
+// With options.lookup, a claim answered unknown (it took no verification lease, as every claim
+// first) is claimed again taking the verification lease, with the short options.lookupLease: a
+// lookup that fails (the other system down) then locks the retries and the verifier out for that
+// long, not for the attempt's lease (the claim's lease applies to the verification lease).  A
+// retry that verified and found nothing claims again (the next attempt); a verify race claims
+// again too.  Twice at most: the claim after that takes no verification lease, it is answered.
+// The Python middleware does the same (Route(lookup_lease=30), in seconds).
+const VERIFIES = 2;
+const LOOKUP_LEASE_MS = 30000;
+
+class LookupFailed extends Error {}
+
+// 503 lookup-failed: options.lookup threw; nothing decided, the verification lease (lookupLease)
+// runs out and the next retry looks again.  The Python middleware answers the same.
+function lookupFailed(options) {
+  const ms = typeof options.lookupLease === 'number' ? options.lookupLease : LOOKUP_LEASE_MS;
+  return problem(503, 'lookup-failed', 'The outcome of the request with this idempotency key could not be looked up',
+    'Nothing was decided; retry later with the same key.', { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) },
+    options.problemTypeBase);
+}
 
 // The database could not be reached or the connection was lost before the request's outcome
 // committed: nothing is stored for the key (lost during COMMIT, nobody can tell; the retry with
 // the same key replays what did commit).  A 503 the client retries, never a 500.
 function unavailable(options) {
   return problem(503, 'database-unavailable', 'The database could not be reached',
-    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': '1' },
+    'The request was not completed; retry it with the same idempotency key.', { 'retry-after': String(retryAfterOf(options)) },
     options.problemTypeBase);
 }
 
@@ -375,12 +400,20 @@ class Exchange {
   // -> {answer} (replay, busy, conflict...) or {acquired: context for the handler}
   async begin() {
     await this.idem.ensureVersion();
-    for (let left = CLAIMS - 1; ; left -= 1) {
-      const verify = typeof this.options.lookup === 'function' && left > 0;
+    let verify = false;
+    let verifies = VERIFIES;
+    for (;;) {
       const begun = this.mode === 'lease' ? await this._beginLease(verify) : await this._beginTransaction(verify);
       if (!begun.unknown) return begun;
+      if (!verify && verifies > 0) {         // again, taking the verification lease
+        verify = true;
+        verifies -= 1;
+        continue;
+      }
+      if (!verify) return { answer: answerFor(begun.unknown, this.options) };
       const answer = await this._verifyUnknown(begun.unknown);
       if (answer) return { answer };
+      verify = false;
     }
   }
 
@@ -389,12 +422,32 @@ class Exchange {
   // is to be claimed again (not found and retryable now, or another verifier won the race).
   async _verifyUnknown(claim) {
     const keep = this.options.keepHeaders;
-    const settled = await this.idem._settle(this.scope, this.key, claim,
-      { lookup: this.options.lookup, record: (tx, found) => foundResult(found, keep) });
+    const { lookup } = this.options;
+    let settled;
+    try {
+      settled = await this.idem._settle(this.scope, this.key, claim, {
+        lookup: async (ctx) => {
+          try {
+            return await lookup(ctx);
+          } catch (err) {
+            throw new LookupFailed(String(err && err.message), { cause: err });
+          }
+        },
+        record: (tx, found) => foundResult(found, keep),
+      });
+    } catch (err) {
+      if (err && err.cause instanceof LookupFailed) return lookupFailed(this.options);
+      throw err;
+    }
     if (settled === null) return null;
     if (settled === UNSETTLED) return inDoubt(this.options, (await this.idem._settleWindow(this.scope, this.key)).settlesAt);
     return answerFor({ outcome: Outcome.REPLAY, status: settled.status, result: settled.result, targetRef: settled.targetRef },
       this.options);
+  }
+
+  // the claim's lease: a claim taking the verification lease takes the short lookupLease
+  _leaseFor(verify) {
+    return verify ? (this.options.lookupLease ?? LOOKUP_LEASE_MS) : this.options.lease;
   }
 
   async _beginTransaction(verify) {
@@ -415,7 +468,7 @@ class Exchange {
     if (error) throw translate(error, this.options);
     if (claim.outcome !== Outcome.ACQUIRED) {
       await this.txDone;
-      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
+      if (claim.outcome === Outcome.UNKNOWN && typeof this.options.lookup === 'function') return { unknown: claim };
       return { answer: answerFor(claim, this.options) };
     }
     this.claim = claim;
@@ -425,7 +478,7 @@ class Exchange {
   async _claim(db, verify) {
     try {
       return await this.idem._on(db)._claim(this.scope, this.key,
-        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify }, true);
+        { params: this.params, wait: false, lease: this._leaseFor(verify), verifyUnknown: verify }, true);
     } catch (err) {
       throw translate(err, this.options);
     }
@@ -435,12 +488,12 @@ class Exchange {
     let claim;
     try {
       claim = await this.idem.claim(this.scope, this.key,
-        { params: this.params, wait: false, lease: this.options.lease, verifyUnknown: verify });
+        { params: this.params, wait: false, lease: this._leaseFor(verify), verifyUnknown: verify });
     } catch (err) {
       throw translate(err, this.options);
     }
     if (claim.outcome !== Outcome.ACQUIRED) {
-      if (verify && claim.outcome === Outcome.UNKNOWN) return { unknown: claim };
+      if (claim.outcome === Outcome.UNKNOWN && typeof this.options.lookup === 'function') return { unknown: claim };
       return { answer: answerFor(claim, this.options) };
     }
     this.claim = claim;

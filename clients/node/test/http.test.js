@@ -62,10 +62,11 @@ for (const framework of ['express', 'fastify']) {
                         SELECT idempo.create_scope($3, lease => '5 seconds', on_lease_expiry => 'retry', max_attempts => 5);
                         SELECT idempo.create_scope($4, lease => '3 seconds');
                         SELECT idempo.create_scope($5, lease => '1 second');
-                        SELECT idempo.create_scope($6, lease => '1 second', verify_settle => '1 millisecond')`
+                        SELECT idempo.create_scope($6, lease => '1 second', verify_settle => '1 millisecond');
+                        SELECT idempo.create_scope($7, lease => '1 hour')`
         .replace(/\$1/, `'${prefix}.orders'`).replace(/\$2/, `'${prefix}.shipments'`).replace(/\$3/, `'${prefix}.payments'`)
         .replace(/\$4/, `'${prefix}.charges'`).replace(/\$5/, `'${prefix}.looked-up'`)
-        .replace(/\$6/, `'${prefix}.looked-up-settled'`));
+        .replace(/\$6/, `'${prefix}.looked-up-settled'`).replace(/\$7/, `'${prefix}.lookup-fails'`));
       service = await startService(framework, prefix);
     });
     after(() => { service.child.kill(); });
@@ -366,6 +367,9 @@ for (const framework of ['express', 'fastify']) {
       const doubt = await post('/charges-looked-up', { amount_cents: 900, fault: 'drop-request' }, n);
       assert.equal(doubt.status, 409, doubt.body);
       assert.match(JSON.parse(doubt.body).type, /#key-in-doubt$/);  // verify_settle (1 minute) has not passed
+      assert.equal(doubt.headers['retry-after'], '7');               // the route's retryAfter
+      // one format in both middlewares: ISO 8601, UTC, milliseconds, 'Z'
+      assert.match(JSON.parse(doubt.body).settles_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       assert.equal(await statusOf(scope, n), 'unknown');
       assert.equal(await one(pool, 'SELECT lease_expires_at IS NULL FROM idempo.lookup($1, $2)', [scope, n]), true);
       assert.equal(plain.state.actions.get(`${scope}/${n}`), undefined);
@@ -381,6 +385,29 @@ for (const framework of ['express', 'fastify']) {
       const retry = await post('/charges-looked-up-settled', { amount_cents: 900 }, k);
       assert.equal(retry.status, 201, retry.body);
       assert.equal(await one(pool, 'SELECT attempt FROM idempo.lookup($1, $2)', [scope, k]), 2);
+      assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);
+    });
+
+    test('options.lookup that fails: 503 lookup-failed, nothing decided, the key held only for the lookupLease', async () => {
+      const scope = `${prefix}.lookup-fails`;
+      const k = newKey();
+      const body = { amount_cents: 900, fault: 'drop-reply' };      // charged, the reply lost
+      assert.equal((await post('/charges-lookup-fails', body, k)).status, 502);
+      const leaseOver = async () => waitFor('the lease to run out', async () => (await one(pool,
+        'SELECT lease_expires_at IS NULL OR lease_expires_at <= idempo.now() FROM idempo.lookup($1, $2)', [scope, k])) === true);
+      await leaseOver();
+      const failed = await post('/charges-lookup-fails', body, k);
+      assert.equal(failed.status, 503, failed.body);
+      assert.equal(failed.headers['content-type'], 'application/problem+json');
+      assert.equal(JSON.parse(failed.body).code, 'lookup-failed');
+      assert.equal(failed.headers['retry-after'], '1');
+      assert.equal(await statusOf(scope, k), 'unknown');
+      // the verification lease it took is the lookupLease (500 ms), not the attempt's 2 s nor the scope's hour
+      assert.equal(await one(pool, "SELECT lease_expires_at <= idempo.now() + interval '0.5 seconds' FROM idempo.lookup($1, $2)",
+        [scope, k]), true, 'the verification lease is not the lookupLease');
+      await leaseOver();
+      const { rows: [verifier] } = await pool.query('SELECT outcome::text FROM idempo.claim($1, $2)', [scope, k]);
+      assert.equal(verifier.outcome, 'unknown');                     // the verifier job gets it, not busy
       assert.equal(plain.state.actions.get(`${scope}/${k}`), 1);
     });
 

@@ -367,9 +367,10 @@ def call_flow(conn, scope, key, call, *, params=None, lookup=None, record=None, 
     raise Unknown(claim, f'key "{key}" in scope "{scope}": still not settled after {retries} retries')
 
 
-def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref, heartbeat, extend):
-    scope, key, attempt = claim.scope, claim.key, claim.attempt
-    every = heartbeat
+def heartbeat_for(claim, every=None, extend=None) -> Optional[HeartbeatStart]:
+    """The heartbeat that holds an acquired attempt's lease while its outside call runs (call_once,
+    the middleware's calls_out routes), or None when neither `every` is given nor the claim's
+    lease known: by default a beat every third of the lease, extending by the lease itself."""
     if every is None and claim.lease_expires_at is not None and claim.now is not None:
         every = max(0.05, (claim.lease_expires_at - claim.now).total_seconds() / 3)
     if extend is None and claim.lease_expires_at is not None and claim.now is not None:
@@ -377,8 +378,17 @@ def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target
         # claimed with a longer lease(=>) would not be extended at all and lose its key when that
         # lease runs out.  So extend by the lease this attempt holds.
         extend = claim.lease_expires_at - claim.now
+    if not every:
+        return None
+    return HeartbeatStart(claim.scope, claim.key, claim.attempt, every, interval(extend))
+
+
+def attempt_flow(conn, claim, pkey, call, record, retryable, honours_key, target_ref, heartbeat, extend):
+    scope, key, attempt = claim.scope, claim.key, claim.attempt
+    beat = heartbeat_for(claim, heartbeat, extend)
+    every = beat is not None
     if every:
-        yield HeartbeatStart(scope, key, attempt, every, interval(extend))
+        yield beat
     try:
         value = yield Call(call, (pkey,), outside=True)
     except BaseException as err:

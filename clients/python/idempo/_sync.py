@@ -122,6 +122,17 @@ class Runner:
         except Exception:
             pass                # the connection is gone: nothing to roll back
 
+    def beat_once(self, op):
+        """One heartbeat, committed (the Heartbeat thread's)."""
+        with self.lock:
+            self.begin()
+            try:
+                self.execute(F.HEARTBEAT_SQL, (op.scope, op.key, op.attempt, op.extend))
+            except BaseException:
+                self.rollback()
+                raise
+            self.commit()
+
     # -- the flow
     def query(self, sql, args, fetch=True):
         """One statement, its error typed (idempo's exception for a SQLSTATE)."""
@@ -203,14 +214,7 @@ class Heartbeat(threading.Thread):
         op = self.op
         while not self.stopping.wait(op.every):
             try:
-                with self.runner.lock:
-                    self.runner.begin()
-                    try:
-                        self.runner.execute(F.HEARTBEAT_SQL, (op.scope, op.key, op.attempt, op.extend))
-                    except BaseException:
-                        self.runner.rollback()
-                        raise
-                    self.runner.commit()
+                self.runner.beat_once(op)
             except Exception as err:
                 self.error = F.translate(err)
                 return

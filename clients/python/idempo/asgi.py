@@ -20,6 +20,7 @@ import contextlib
 from typing import Any, AsyncContextManager, Callable, Dict, Union
 
 from . import aio
+from . import _flow as F
 from .http import MAX_BODY_BYTES, Refusal, Reply, Route, Routes, connection_lost, flow_for, problem, unavailable
 
 
@@ -115,6 +116,7 @@ class IdempotencyMiddleware:
 
                     async def begin(ctx):
                         if not ctx.began:
+                            await runner.do(F.HeartbeatStop())     # before the transaction opens on this connection
                             await runner.begin()
                             ctx.began = True
 

@@ -20,6 +20,7 @@ A 404 from URL resolution never reaches process_view: freed too.
 """
 from __future__ import annotations
 
+from . import _flow as F
 from ._sync import Runner
 from .http import (Context, Refusal, Reply, Routes, cgi_headers, connection_closed, connection_lost, serve,
                    unavailable)
@@ -53,6 +54,15 @@ class DjangoRunner(Runner):
             block.__exit__(RuntimeError, err, None)
         except Exception:
             pass
+
+    def beat_once(self, op):
+        # From the Heartbeat thread: transaction.atomic() there would take that thread's own
+        # connection, so the statement goes to the driver's; no block of ours is open while the
+        # handler calls out (Django's autocommit: the statement commits by itself).
+        with self.lock:
+            self.execute(F.HEARTBEAT_SQL, (op.scope, op.key, op.attempt, op.extend))
+            if not getattr(self.raw, 'autocommit', False):
+                self.raw.commit()
 
 
 def _django_reply(response) -> Reply:

@@ -32,6 +32,8 @@ failed retryable whatever on_error says.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
+import inspect
 import math
 import hashlib
 import json
@@ -171,7 +173,8 @@ class Route:
                  calls again: only for another system that deduplicates by ctx.provider_key).
                  Either way a request refused before its view ran (Context.started is False:
                  Django's CSRF check, Flask's before_request) is failed retryable
-    lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's
+    lease        per-claim lease (idempo 0.3.0's claim(lease =>)); None: the scope's.  calls_out:
+                 a heartbeat holds it while the handler runs, until ctx.begin()
     retry_after  seconds in Retry-After of a 503, and of a busy 409 whose lease is not known (the
                  first request's claim not committed yet); a busy 409 with a lease: its seconds left
     keep_headers per-client reply headers to store and replay anyway (('set-cookie',)): by
@@ -184,7 +187,10 @@ class Route:
                  nothing found, once the scope's verify_settle has passed, makes the request run
                  as the next attempt (before that: 409 key-in-doubt).  Without it (the default) a
                  retry is answered 409 and leaves the verification lease free for a verifier
-                 (claim(verify_unknown => false)); an async function in ASGI apps
+                 (claim(verify_unknown => false)); an async function in ASGI apps.  A lookup
+                 that raises is answered 503 lookup-failed, nothing decided
+    lookup_lease seconds of the verification lease a request takes to look up (30): short, so
+                 that a lookup that failed locks the retries and the verifier out only so long
     """
     scope: str
     calls_out: bool = False
@@ -200,6 +206,7 @@ class Route:
     docs: str = PROBLEM_TYPE_BASE
     keep_headers: Sequence[str] = ()
     lookup: Optional[Callable[[str], Any]] = None
+    lookup_lease: float = 30
 
     def __post_init__(self):
         # a misspelt on_error would otherwise act as one of the two without saying which
@@ -449,10 +456,12 @@ def _invalid_json(err) -> bool:
     return isinstance(err, InvalidArgument) or sqlstate_of(err) in ('22P02', '22P05', '22025', '22032')
 
 
-def _claim(route, info, key, verify):
+def _claim(route, info, key, verify, fast=True):
     try:
         return (yield from F.claim_flow(route.scope, key, params_sql=params_sql(info), params_args=params_args(info),
-                                        wait=False, lease=route.lease, fast=True, now=True, verify_unknown=verify))
+                                        wait=False, lease=route.lookup_lease if verify else route.lease, fast=fast,
+                                        narrow=not fast, now=True,
+                                        verify_unknown=verify))
     except Exception as err:
         # JSON that Python accepts and jsonb does not (\u0000, a lone surrogate)
         if sqlstate_of(err) in ('22P02', '22P05', '22025', '22032'):
@@ -461,9 +470,44 @@ def _claim(route, info, key, verify):
         raise
 
 
-# A retry that verified and found nothing claims again (the next attempt); a verify race claims
-# again too.  The last claim takes no verification lease: it is answered, not verified.
-CLAIMS = 3
+# On a route with a lookup, a claim answered unknown (it took no verification lease, as every claim
+# first) is claimed again taking the verification lease, with the route's short lookup_lease: a
+# lookup that fails (the other system down) then locks the retries and the verifier out for that
+# long, not for the attempt's lease (the claim's lease => applies to the verification lease).  A
+# retry that verified and found nothing claims again (the next attempt); a verify race claims
+# again too.  Twice at most: the claim after that takes no verification lease, it is answered.
+VERIFIES = 2
+
+
+class LookupFailed(Exception):
+    """The route's lookup raised: nothing was decided."""
+
+
+def _guarded(lookup):
+    """The lookup, its own exceptions raised as LookupFailed (a database error is not one)."""
+    if inspect.iscoroutinefunction(lookup):
+        async def guarded(provider_key):
+            try:
+                return await lookup(provider_key)
+            except Exception as err:
+                raise LookupFailed(F.error_text(err)) from err
+        return guarded
+
+    def guarded(provider_key):
+        try:
+            return lookup(provider_key)
+        except Exception as err:
+            raise LookupFailed(F.error_text(err)) from err
+    return guarded
+
+
+def lookup_failed(route: Route) -> Reply:
+    """503 lookup-failed: the route's lookup raised; nothing decided, the verification lease (the
+    route's lookup_lease) runs out and the next retry looks again.  The Node middleware answers the
+    same."""
+    return problem(503, 'lookup-failed', 'The outcome of the request with this idempotency key could not be looked up',
+                   'Nothing was decided; retry later with the same key.',
+                   [('retry-after', str(max(1, math.ceil(float(route.lookup_lease)))))], docs=route.docs)
 
 
 def in_doubt(route: Route, doubt: Unknown) -> Reply:
@@ -473,7 +517,13 @@ def in_doubt(route: Route, doubt: Unknown) -> Reply:
     return problem(409, 'key-in-doubt', 'The outcome of the request with this idempotency key is not known yet',
                    'It was looked up and not found, too early to be sure that it did not happen; retry later with '
                    'the same key.', [('retry-after', str(route.retry_after))], docs=route.docs,
-                   extra={'settles_at': settles_at.isoformat() if settles_at is not None else None})
+                   extra={'settles_at': iso_utc(settles_at) if settles_at is not None else None})
+
+
+def iso_utc(when) -> str:
+    """ISO 8601 in UTC with milliseconds and 'Z', as JavaScript's toISOString (the Node middleware's
+    settles_at): one format in both."""
+    return when.astimezone(_dt.timezone.utc).isoformat(timespec='milliseconds').replace('+00:00', 'Z')
 
 
 def _verify_unknown(route: Route, key: str, claim: Claim):
@@ -485,7 +535,9 @@ def _verify_unknown(route: Route, key: str, claim: Claim):
     def result_of(conn, found):
         return found.stored(stored) if isinstance(found, Reply) else found
     try:
-        done = yield from F.verify_flow(None, claim, f'{route.scope}/{key}', route.lookup, result_of, None)
+        done = yield from F.verify_flow(None, claim, f'{route.scope}/{key}', _guarded(route.lookup), result_of, None)
+    except LookupFailed:
+        return lookup_failed(route)
     except Superseded:
         return None
     except Unknown as doubt:
@@ -503,23 +555,36 @@ def _answer(route: Route, key: str, claim: Claim, verified: bool):
     return answer_for(route, claim)
 
 
-def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
-    """Claim, the handler and complete in one transaction.  -> Reply."""
-    for left in range(CLAIMS - 1, -1, -1):
-        verify = route.lookup is not None and left > 0
+def _claims(route: Route, info: RequestInfo, key: str, one_transaction: bool):
+    """Claim until acquired or answered.  -> (the acquired claim, None) or (None, the reply).
+    one_transaction: an acquired claim's transaction stays open for the handler (and a claim
+    that fails rolls back); else every claim commits."""
+    verify, verifies = False, VERIFIES
+    while True:
         yield F.Begin()
         try:
-            claim = yield from _claim(route, info, key, verify)
-            if claim.outcome is not Outcome.ACQUIRED:
-                yield F.Commit()          # a claim may have written (a review, a conflict, a lease): keep it
+            claim = yield from _claim(route, info, key, verify, fast=one_transaction)
         except BaseException:
-            yield F.Rollback()
+            yield F.Rollback() if one_transaction else F.Commit()
             raise
+        if not (one_transaction and claim.outcome is Outcome.ACQUIRED):
+            yield F.Commit()              # a claim may have written (a review, a conflict, a lease): keep it
         if claim.outcome is Outcome.ACQUIRED:
-            break
+            return claim, None
+        if claim.outcome is Outcome.UNKNOWN and route.lookup is not None and not verify and verifies > 0:
+            verify, verifies = True, verifies - 1          # again, taking the verification lease
+            continue
         reply = yield from _answer(route, key, claim, verify)
         if reply is not None:
-            return reply
+            return None, reply
+        verify = False
+
+
+def one_transaction_flow(conn, route: Route, info: RequestInfo, key: str, handler):
+    """Claim, the handler and complete in one transaction.  -> Reply."""
+    claim, reply = yield from _claims(route, info, key, True)
+    if reply is not None:
+        return reply
     return (yield from _handle_in_transaction(conn, route, key, claim, handler))
 
 
@@ -542,26 +607,29 @@ def _handle_in_transaction(conn, route: Route, key: str, claim: Claim, handler):
 def calls_out_flow(conn, route: Route, info: RequestInfo, key: str, handler):
     """The claim commits; the handler calls out, then ctx.begin() and writes; complete commits
     with the writes.  -> Reply."""
-    for left in range(CLAIMS - 1, -1, -1):
-        verify = route.lookup is not None and left > 0
-        yield F.Begin()
-        try:
-            claim = yield from _claim(route, info, key, verify)
-        finally:
-            yield F.Commit()
-        if claim.outcome is Outcome.ACQUIRED:
-            break
-        reply = yield from _answer(route, key, claim, verify)
-        if reply is not None:
-            return reply
+    # not the fast columns: the acquired attempt's lease end sets its heartbeat
+    claim, reply = yield from _claims(route, info, key, False)
+    if reply is not None:
+        return reply
     ctx = Context(conn, route.scope, key, claim.attempt, route, claim)
+    # The heartbeat holds the attempt's lease while the handler calls out, as call_once's does: an
+    # outside call longer than the lease would otherwise turn the key unknown under it, and a
+    # retry's lookup (or a verifier) that finds nothing yet would run the next attempt, a second
+    # call.  ctx.begin() stops it before the transaction opens on the same connection; every exit
+    # below stops it too (stopping twice is nothing).  A beat refused (the lease was lost) needs no
+    # answer: complete() is fenced by the attempt.
+    beat = F.heartbeat_for(claim)
+    if beat is not None:
+        yield beat
     try:
         reply = yield F.Call(handler, (ctx,))
     except BaseException as err:
+        yield F.HeartbeatStop()
         if ctx.began:
             yield F.Rollback()
         yield from _release(route, claim, err, ctx.started)
         raise
+    yield F.HeartbeatStop()
     if not route.store(reply.status):
         if ctx.began:
             yield F.Rollback()
@@ -604,6 +672,7 @@ def serve(runner, conn, route: Route, info: RequestInfo, key: str, app: Callable
     once."""
     def begin(ctx):
         if not ctx.began:
+            runner.do(F.HeartbeatStop())       # before the transaction opens on the same connection
             runner.begin()
             ctx.began = True
 

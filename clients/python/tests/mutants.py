@@ -103,9 +103,17 @@ MUTANTS = [
      'console_tests/test_console_http.py::test_a_change_to_a_row_the_decision_does_not_lock_is_refused'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
-     'idempo/http.py', "wait=False, lease=route.lease, fast=True, verify_unknown=verify))",
-     "wait=False, lease=route.lease, fast=True))",
+     'idempo/http.py', "now=True,\n                                        verify_unknown=verify))",
+     "now=True))",
      'tests/test_http.py::test_retries_of_an_unknown_key_leave_the_verification_lease_to_the_verifier'),
+    ('http-calls-out-no-heartbeat', "a calls_out handler's lease is not held while it calls out: a retry whose lookup "
+     'finds nothing yet runs attempt 2, a second call',
+     'idempo/http.py', "    beat = F.heartbeat_for(claim)\n", "    beat = None\n",
+     'tests/test_http.py -k holds_its_lease'),
+    ('http-lookup-lease-long', "a request takes the verification lease for its lookup with the attempt's lease: a "
+     'lookup that fails locks the retries and the verifier out for that long',
+     'idempo/http.py', "lease=route.lookup_lease if verify else route.lease,", "lease=route.lease,",
+     'tests/test_http.py -k lookup_that_fails'),
     ('http-lookup-not-called', 'a route with a lookup answers an unknown key 409 without looking it up',
      'idempo/http.py', "    if verified and claim.outcome is Outcome.UNKNOWN:", "    if False:",
      'tests/test_http.py::test_a_route_lookup_settles_an_unknown_key_on_the_retry'),

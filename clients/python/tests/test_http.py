@@ -6,6 +6,7 @@ that honours Idempotency-Key, as real ones do."""
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -420,6 +421,31 @@ def test_busy_during_the_provider_call(shop):
     assert service.post('/payments', body, k)[1]['idempotent-replayed'] == 'true'
 
 
+def test_the_lease_is_extended_while_the_provider_call_runs(shop):
+    """Over real HTTP on each framework (Django's beat goes to its driver's connection): while the
+    calls_out handler waits for the provider, the heartbeat moves the attempt's lease end on
+    (every third of the lease, 3 s here: the shop's provider call times out after 10 s); the
+    call then completes."""
+    service, db, provider = shop
+    k = new_key()
+    body = {'order_id': 103, 'amount_cents': 995}
+    provider.gate.clear()
+    db.execute("SELECT idempo.alter_scope('http.payments', lease => '3 seconds')")
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            first = pool.submit(service.post, '/payments', body, k)
+            wait_for('the provider call to be in flight', lambda: provider.waiting == 1)
+            claimed_end = one(db, 'SELECT lease_expires_at FROM idempo.lookup(%s, %s)', ['http.payments', f'anonymous/{k}'])
+            wait_for('a heartbeat to extend the lease', lambda: one(
+                db, 'SELECT lease_expires_at > %s FROM idempo.lookup(%s, %s)',
+                [claimed_end, 'http.payments', f'anonymous/{k}']), timeout=8)
+        finally:
+            provider.gate.set()
+            db.execute("SELECT idempo.alter_scope('http.payments', lease => '30 seconds')")
+        expect(first.result()[0], 201)
+    assert status_of(db, 'http.payments', f'anonymous/{k}') == 'succeeded'
+
+
 def test_provider_fails_502_then_attempt_2(shop):
     service, db, provider = shop
     k = new_key()
@@ -702,6 +728,8 @@ def test_a_route_lookup_settles_an_unknown_key_on_the_retry(dbname, db, scope):
     _until_unknown(db, s, 'pay-1')
     status, _, answer = post('pay-1')
     assert (status, answer['code']) == ('409', 'key-in-doubt') and answer['settles_at'] is not None
+    # one format in both middlewares: ISO 8601, UTC, milliseconds, 'Z' (JavaScript's toISOString)
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z', answer['settles_at']), answer['settles_at']
     assert status_of(db, s, 'pay-1') == 'unknown'
     assert one(db, "SELECT lease_expires_at IS NULL FROM idempo.lookup(%s, 'pay-1')", [s])
     assert charges == [f'{s}/pay-1']
@@ -757,6 +785,138 @@ def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, sco
     _until_unknown(db, s, 'pay-1')
     assert post('pay-1') == (200, b'{"charged": "as found"}')
     assert status_of(db, s, 'pay-1') == 'succeeded' and len(calls) == 1
+
+
+def _slow_call_service(kind, dbname, route, calls, outside_call):
+    """A calls_out service (in this process, WSGI or ASGI) whose handler records its call, runs
+    outside_call() (the other system) and then writes through ctx.begin(); -> post(key) ->
+    (status, headers, body bytes)."""
+    import asyncio
+    import io
+    if kind == 'wsgi':
+        from idempo.wsgi import ENVIRON_KEY, IdempotencyMiddleware, connect
+
+        def app(environ, start_response):
+            ctx = environ[ENVIRON_KEY]
+            calls.append(ctx.attempt)
+            outside_call()
+            ctx.begin()
+            ctx.conn.execute('SELECT 1')
+            start_response('201 Created', [('content-type', 'application/json')])
+            return [b'{"attempt": %d}' % ctx.attempt]
+        mw = IdempotencyMiddleware(app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+        def post(key):
+            got = {}
+            environ = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/pay', 'CONTENT_TYPE': 'application/json',
+                       'CONTENT_LENGTH': '2', 'wsgi.input': io.BytesIO(b'{}'), 'HTTP_IDEMPOTENCY_KEY': key}
+            body = b''.join(mw(environ, lambda status, headers: got.update(status=status, headers=dict(headers))))
+            return int(got['status'][:3]), got['headers'], body
+        return post
+    from idempo.asgi import IdempotencyMiddleware, connect
+
+    async def asgi_app(asgi_scope, receive, send):
+        ctx = asgi_scope['state']['idempo']
+        calls.append(ctx.attempt)
+        await asyncio.to_thread(outside_call)
+        await ctx.begin()
+        await ctx.conn.execute('SELECT 1')
+        await send({'type': 'http.response.start', 'status': 201, 'headers': [(b'content-type', b'application/json')]})
+        await send({'type': 'http.response.body', 'body': b'{"attempt": %d}' % ctx.attempt})
+    amw = IdempotencyMiddleware(asgi_app, routes={'/pay': route}, connection=connect(dbname=dbname))
+
+    def apost(key):
+        sent = []
+
+        async def receive():
+            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+        async def send(message):
+            sent.append(message)
+        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
+                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
+        asyncio.run(amw(asgi_scope, receive, send))
+        return (sent[0]['status'], {k.decode(): v.decode() for k, v in sent[0]['headers']},
+                b''.join(m.get('body', b'') for m in sent[1:]))
+    return apost
+
+
+@pytest.mark.parametrize('kind', ['wsgi', 'asgi'])
+def test_a_calls_out_handler_holds_its_lease_while_the_outside_call_runs(kind, dbname, db, scope):
+    """A calls_out handler whose outside call outlasts the lease and the scope's verify_settle:
+    the heartbeat holds the attempt's lease, so a retry on a route whose lookup finds nothing
+    (the first call is still in flight) is answered 409 key-in-use with Retry-After, and the
+    other system is called once.  (With no heartbeat the key turned unknown under the call, the
+    retry verified not-found and ran attempt 2: a second call.)  The first request then
+    completes, and its reply is replayed."""
+    from idempo.http import Route
+    s = scope(verify_settle='0.5 seconds')
+    calls, release = [], threading.Event()
+
+    def outside_call():
+        if len(calls) == 1:
+            release.wait(30)
+    route = Route(s, calls_out=True, lease='1 second', lookup=lambda provider_key: None)
+    post = _slow_call_service(kind, dbname, route, calls, outside_call)
+    first = {}
+    worker = threading.Thread(target=lambda: first.update(answer=post('pay-1')))
+    worker.start()
+    try:
+        wait_for('the first call to be in flight', lambda: len(calls) == 1)
+        lease_end = one(db, "SELECT lease_expires_at FROM idempo.lookup(%s, 'pay-1')", [s])
+        assert lease_end is not None
+        # the lease as claimed, and verify_settle after it, have passed while the call runs
+        wait_for('the first lease and verify_settle to pass', lambda: one(
+            db, "SELECT idempo.now() > %s::timestamptz + interval '0.6 seconds'", [lease_end]))
+        status, headers, body = post('pay-1')
+        assert status == 409, f'the retry answered {status} {body!r}: attempts called {calls}'
+        assert json.loads(body)['code'] == 'key-in-use' and int(headers['retry-after']) >= 1
+        assert calls == [1]
+    finally:
+        release.set()
+        worker.join(30)
+    assert first['answer'][0] == 201 and json.loads(first['answer'][2]) == {'attempt': 1}
+    status, headers, body = post('pay-1')
+    assert (status, headers.get('idempotent-replayed'), json.loads(body)) == (201, 'true', {'attempt': 1})
+    assert calls == [1] and status_of(db, s, 'pay-1') == 'succeeded'
+
+
+def test_a_lookup_that_fails_answers_503_and_holds_the_key_only_for_the_lookup_lease(dbname, db, scope):
+    """A route's lookup that raises (the other system down): the request is answered 503
+    lookup-failed with Retry-After, nothing decided, and the verification lease it took is the
+    route's short lookup_lease, not the scope's hour: the verifier job's claim (and the next
+    retry) gets the key once that ran out.  (Before: a bare 500, and the key locked out for the
+    scope's lease.)"""
+    from idempo.http import Reply, Route
+    s = scope(lease='1 hour')
+    down, charges = [True], []
+
+    def lookup(provider_key):
+        if down[0]:
+            raise ConnectionRefusedError('the other system is down')
+        return Reply(200, [('content-type', 'application/json')], b'{"charged": "as found"}')
+    route = Route(s, calls_out=True, lookup=lookup)
+    route.lookup_lease = 1
+    post = _lost_reply_service(dbname, route, charges)
+    charges.append('the first call, whose service died')          # the service's next call is not the first
+    # a service that died mid-call: its claim's lease runs out
+    db.execute("SELECT idempo.claim(%s, 'pay-1', params => jsonb_build_object('method', 'POST', 'path', '/pay', "
+               "'json', '{}'::jsonb), lease => '0.2 seconds')", [s])
+    _until_unknown(db, s, 'pay-1')
+    status, headers, answer = post('pay-1')
+    assert (status, answer['code'], headers['retry-after']) == ('503', 'lookup-failed', '1')
+    assert status_of(db, s, 'pay-1') == 'unknown'
+    assert one(db, "SELECT lease_expires_at <= idempo.now() + interval '1 second' "
+                   "FROM idempo.lookup(%s, 'pay-1')", [s]), 'the verification lease is not the lookup_lease'
+    status, headers, answer = post('pay-1')                 # the lookup lease runs
+    assert (status, answer['code']) == ('409', 'key-in-use')
+    wait_for('the lookup lease to run out', lambda: one(
+        db, "SELECT lease_expires_at IS NULL OR lease_expires_at <= idempo.now() FROM idempo.lookup(%s, 'pay-1')", [s]))
+    assert one(db, "SELECT outcome::text FROM idempo.claim(%s, 'pay-1', params => NULL)", [s]) == 'unknown'
+    db.execute("SELECT idempo.verify(%s, 'pay-1', 1, found => true, result => %s::jsonb)",
+               [s, json.dumps({'status': 200, 'headers': [], 'body': '{"charged": "by the verifier"}'})])
+    assert post('pay-1')[:3:2] == ('200', {'charged': 'by the verifier'})
+    assert charges == ['the first call, whose service died']
 
 
 def test_tenant_and_key_cannot_be_shifted_into_each_other():

@@ -120,9 +120,15 @@ function lookUpCharge({ scope, key }) {
     }).on('error', reject);
   });
 }
-const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge };
+const chargesLookedUp = { scope: `${prefix}.looked-up`, mode: 'lease', lookup: lookUpCharge, retryAfter: 7 };
 // the same in a scope whose verify_settle is 1 ms: nothing found is believed at once
 const chargesSettled = { scope: `${prefix}.looked-up-settled`, mode: 'lease', lookup: lookUpCharge };
+// a lookup that always fails (the other system down), in a scope whose lease is an hour: the
+// attempt's lease is 2 s, the verification lease for a lookup 500 ms
+const chargesLookupFails = {
+  scope: `${prefix}.lookup-fails`, mode: 'lease', lease: '2 seconds', lookupLease: 500,
+  lookup: async () => { throw new Error('the provider is down'); },
+};
 
 async function express() {
   const expressLib = require('express');
@@ -142,6 +148,7 @@ async function express() {
   app.post('/charges', idempotency(idem, charges), handle(chargeOnly));
   app.post('/charges-looked-up', idempotency(idem, chargesLookedUp), handle(chargeOnly));
   app.post('/charges-looked-up-settled', idempotency(idem, chargesSettled), handle(chargeOnly));
+  app.post('/charges-lookup-fails', idempotency(idem, chargesLookupFails), handle(chargeOnly));
   // errors: problem details, and nothing of the error's text
   app.use((err, req, res, next) => {     // eslint-disable-line no-unused-vars
     res.status(err.status ?? err.statusCode ?? 500).json({ title: 'error', status: err.status ?? 500 });
@@ -171,6 +178,7 @@ async function fastify() {
   app.post('/charges', { config: { idempotency: charges } }, handle(chargeOnly));
   app.post('/charges-looked-up', { config: { idempotency: chargesLookedUp } }, handle(chargeOnly));
   app.post('/charges-looked-up-settled', { config: { idempotency: chargesSettled } }, handle(chargeOnly));
+  app.post('/charges-lookup-fails', { config: { idempotency: chargesLookupFails } }, handle(chargeOnly));
   await app.listen({ port: 0, host: '127.0.0.1' });
   return app.server.address().port;
 }
