@@ -38,7 +38,7 @@ SELECT create_distributed_table('idempo.events', 'key', colocate_with => 'idempo
 -- transaction (force_delegation: also inside BEGIN ... COMMIT).  Every call of a transaction for
 -- one key then lands in the same backend of that node, which is what complete(attempt => NULL)
 -- and the unique-index wait between two claims of one key rely on.
-SELECT create_distributed_function('idempo.claim(text,text,jsonb,bytea,text,timestamptz,boolean,boolean,interval)',
+SELECT create_distributed_function('idempo.claim(text,text,jsonb,bytea,text,timestamptz,boolean,boolean,interval,boolean)',
                                    'key', colocate_with => 'idempo.operations', force_delegation => true);
 SELECT create_distributed_function('idempo.complete(text,text,integer,jsonb,text)',
                                    'key', colocate_with => 'idempo.operations', force_delegation => true);
