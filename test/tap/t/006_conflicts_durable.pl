@@ -88,7 +88,12 @@ ok($node->poll_query_until('db1', q{SELECT count(*) = 1 FROM idempo.conflicts WH
    'and its conflict is recorded after its rollback');
 
 # A claim that ends (terminated) while it waits for the sweeper: the sweeper still records it.
+# (the sweeper of the round above may be between two lives: stop the one that serves now)
+$node->poll_query_until('db1', q{SELECT count(*) = 1 FROM idempo.workers() WHERE kind = 'sweeper'
+	AND state <> 'starting' AND database_id = (SELECT oid FROM pg_database WHERE datname = 'db1')})
+  or die 'no sweeper serves db1';
 my $sweeper = $db1_sweeper->();
+die 'no sweeper process for db1' unless $sweeper =~ /^\d+$/;
 kill 'STOP', $sweeper;
 my $waiter = $node->background_psql('db1', on_error_stop => 0);
 $waiter->query_until(qr/started/, q{\echo started
