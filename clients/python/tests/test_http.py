@@ -767,17 +767,8 @@ def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, sco
                                connection=connect(dbname=dbname))
 
     def post(key):
-        sent = []
-
-        async def receive():
-            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
-
-        async def send(message):
-            sent.append(message)
-        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
-                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
-        asyncio.run(mw(asgi_scope, receive, send))
-        return sent[0]['status'], b''.join(m.get('body', b'') for m in sent[1:])
+        status, _, body = _asgi_post(mw, key)
+        return status, body
 
     with pytest.raises(ConnectionResetError):
         post('pay-1')
@@ -785,6 +776,23 @@ def test_an_async_route_lookup_settles_an_unknown_key_under_asgi(dbname, db, sco
     _until_unknown(db, s, 'pay-1')
     assert post('pay-1') == (200, b'{"charged": "as found"}')
     assert status_of(db, s, 'pay-1') == 'succeeded' and len(calls) == 1
+
+
+def _asgi_post(mw, key, path='/pay'):
+    """POST {} with an Idempotency-Key to an ASGI app in this process -> (status, headers, body)."""
+    import asyncio
+    sent = []
+
+    async def receive():
+        return {'type': 'http.request', 'body': b'{}', 'more_body': False}
+
+    async def send(message):
+        sent.append(message)
+    asgi_scope = {'type': 'http', 'method': 'POST', 'path': path, 'root_path': '', 'query_string': b'',
+                  'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
+    asyncio.run(mw(asgi_scope, receive, send))
+    return (sent[0]['status'], {k.decode(): v.decode() for k, v in sent[0]['headers']},
+            b''.join(m.get('body', b'') for m in sent[1:]))
 
 
 def _slow_call_service(kind, dbname, route, calls, outside_call):
@@ -825,20 +833,7 @@ def _slow_call_service(kind, dbname, route, calls, outside_call):
         await send({'type': 'http.response.body', 'body': b'{"attempt": %d}' % ctx.attempt})
     amw = IdempotencyMiddleware(asgi_app, routes={'/pay': route}, connection=connect(dbname=dbname))
 
-    def apost(key):
-        sent = []
-
-        async def receive():
-            return {'type': 'http.request', 'body': b'{}', 'more_body': False}
-
-        async def send(message):
-            sent.append(message)
-        asgi_scope = {'type': 'http', 'method': 'POST', 'path': '/pay', 'root_path': '', 'query_string': b'',
-                      'headers': [(b'content-type', b'application/json'), (b'idempotency-key', key.encode())]}
-        asyncio.run(amw(asgi_scope, receive, send))
-        return (sent[0]['status'], {k.decode(): v.decode() for k, v in sent[0]['headers']},
-                b''.join(m.get('body', b'') for m in sent[1:]))
-    return apost
+    return lambda key: _asgi_post(amw, key)
 
 
 @pytest.mark.parametrize('kind', ['wsgi', 'asgi'])
