@@ -27,11 +27,14 @@ GRANT EXECUTE ON FUNCTION
 TO regress_idempo_app;
 -- reviewer
 GRANT USAGE ON SCHEMA idempo TO regress_idempo_reviewer;
-GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats TO regress_idempo_reviewer;
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats,
+    idempo.reviewable_operations, idempo.reviewable_events TO regress_idempo_reviewer;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.request_review(text, text, text),
+    idempo.release(text, text, text, text),
     idempo.resolve_conflict(bigint, text, text, text),
+    idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.lookup(text, text)
 TO regress_idempo_reviewer;
 -- administrator
@@ -88,8 +91,15 @@ SET ROLE regress_idempo_reviewer;
 SELECT scope, key, occurrences, changed_fields FROM idempo.conflict_queue;
 SELECT idempo.request_review('orders', 'o-2', 'looks odd') > 0 AS opened;
 SELECT key, reason, detail FROM idempo.review_queue;
-SELECT idempo.resolve('orders', 'o-2', 'not_executed', 'rita');
-SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue LIMIT 1), 'kept_stored', 'rita');
+-- a decision records the role that made it: the reviewer argument left out, or its own name
+SELECT idempo.resolve('orders', 'o-2', 'not_executed');
+SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue LIMIT 1), 'kept_stored',
+                               'regress_idempo_reviewer');
+SELECT regress.err(stmt) AS names_another FROM (VALUES
+    ($$SELECT idempo.resolve('orders', 'o-2', 'failed', 'rita')$$),
+    ($$SELECT idempo.resolve_conflict(1, 'dismissed', 'regress_idempo_admin')$$),
+    ($$SELECT idempo.release('orders', 'o-2', 'rita')$$)
+) AS t(stmt);
 SELECT regress.err(stmt) AS refused FROM (VALUES
     ($$SELECT idempo.claim('orders', 'r-1')$$),
     ($$SELECT idempo.complete('orders', 'o-2', 1)$$),
@@ -131,12 +141,29 @@ SET ROLE regress_idempo_outsider;
 SELECT regress.err($$SELECT idempo.lookup('orders.app_only', 'm-1')$$) AS outsider_lookup;
 SELECT status FROM idempo.lookup('orders', 'outsider-in-open-scope');
 RESET ROLE;
+-- A reviewer outside allowed_role reviews nothing of the scope: its records are not in the
+-- queues, and every decision on them is refused (docs/security.md, Reviewers)
 SET ROLE regress_idempo_reviewer;
-SELECT regress.err($$SELECT idempo.lookup('orders.app_only', 'm-1')$$) AS reviewer_lookup;
-SELECT idempo.request_review('orders.app_only', 'm-1', 'asked by support') > 0 AS reviewer_opens;
-SELECT scope, key, reason FROM idempo.review_queue WHERE scope = 'orders.app_only';
-SELECT idempo.resolve('orders.app_only', 'm-1', 'succeeded', 'rita', note => 'seen in the queue');
+SELECT regress.err(stmt) AS reviewer_outside FROM (VALUES
+    ($$SELECT idempo.lookup('orders.app_only', 'm-1')$$),
+    ($$SELECT idempo.request_review('orders.app_only', 'm-1', 'asked by support')$$),
+    ($$SELECT idempo.resolve('orders.app_only', 'm-1', 'succeeded')$$)
+) AS t(stmt);
 RESET ROLE;
+SELECT idempo.request_review('orders.app_only', 'm-1', 'opened by the owner') > 0 AS owner_opens;
+SET ROLE regress_idempo_reviewer;
+SELECT count(*) AS reviewer_sees FROM idempo.review_queue WHERE scope = 'orders.app_only';
+RESET ROLE;
+-- review_role makes it a reviewer of the scope without the application's rights
+SELECT review_role FROM idempo.alter_scope('orders.app_only', review_role => 'regress_idempo_reviewer');
+SET ROLE regress_idempo_reviewer;
+SELECT status, result FROM idempo.lookup('orders.app_only', 'm-1');
+SELECT scope, key, reason FROM idempo.review_queue WHERE scope = 'orders.app_only';
+SELECT idempo.resolve('orders.app_only', 'm-1', 'succeeded', note => 'seen in the queue');
+SELECT regress.err($$SELECT idempo.claim('orders.app_only', 'm-9')$$) AS reviewer_claims;
+RESET ROLE;
+SELECT resolved_by, resolution FROM idempo.reviews WHERE scope = 'orders.app_only' AND key = 'm-1';
+SELECT review_role FROM idempo.alter_scope('orders.app_only', review_role => '');
 
 -- allowed_role is a role name, looked up at each call: after the role is renamed away and
 -- another role takes its name (no scope change tells the backends), the scope follows the name

@@ -94,7 +94,7 @@ SELECT outcome FROM idempo.claim('pay', 'r-1', '{"x":1}', complete_on_commit => 
 SELECT regress.err($$SELECT idempo.release('pay', 'r-1', 'alice')$$);  -- its result is still stored
 SET idempo.clock_offset = '2 days';
 SELECT outcome FROM idempo.claim('pay', 'r-1', '{"x":1}');
-SELECT regress.err($$SELECT idempo.release('pay', 'r-1', NULL)$$);
+SELECT regress.err($$SELECT idempo.release('pay', 'r-1', '')$$);
 SELECT regress.err($$SELECT idempo.release('pay', 'no-such-key', 'alice')$$);
 SELECT regress.err($$SELECT idempo.release('no-such-scope', 'r-1', 'alice')$$);
 SELECT idempo.release('pay', 'r-1', 'alice', 'the customer asked for a second payment') > 0 AS released;

@@ -263,6 +263,7 @@ typedef struct IdempoScope
 	IdempoInclude *fingerprint_include;	/* compiled from it when first needed */
 	bool		fingerprint_include_compiled;
 	char	   *allowed_role_name;	/* NULL: anyone with EXECUTE; looked up at each use */
+	char	   *review_role_name;	/* NULL: allowed_role's members review (review_rights.c) */
 	char	   *owner;			/* may be NULL */
 	MemoryContext cxt;			/* where the strings, lists and compiled list live */
 } IdempoScope;
@@ -273,6 +274,14 @@ extern const IdempoScope *idempo_scope_find(const char *name);
 extern void idempo_scope_cache_register_callbacks(void);
 extern void idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user);
 extern void idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user);
+extern void idempo_scope_check_verify(const IdempoScope *scope, const char *key, Oid user);
+
+/* ---- review_rights.c: who may review a scope, whom a decision names ---- */
+
+extern bool idempo_scope_may_review(const IdempoScope *scope, Oid user);
+extern void idempo_scope_check_review(const IdempoScope *scope, const char *key, Oid user,
+									  const char *what);
+extern char *idempo_reviewer_name(const char *reviewer, Oid user);
 extern const IdempoIgnore *idempo_scope_ignore(const IdempoScope *scope);
 extern const IdempoInclude *idempo_scope_include(const IdempoScope *scope);
 extern void idempo_scope_values(const IdempoScope *scope, IdempoScope *out);

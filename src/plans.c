@@ -67,7 +67,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"SELECT retention, lease, on_lease_expiry, verify_settle, max_attempts, "
 		"require_fingerprint, hash_keys, store_params, audit, "
 		"allowed_role::pg_catalog.text, owner, enabled, durability, remember, fingerprint_ignore, "
-		"fingerprint_include "
+		"fingerprint_include, review_role::pg_catalog.text "
 		"FROM idempo.scopes WHERE name OPERATOR(pg_catalog.=) $1",
 		"t"
 	},

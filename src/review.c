@@ -88,7 +88,7 @@ verify(FunctionCallInfo fcinfo, int attempt_argno)
 	idempo_spi_begin(&session);
 	s = idempo_scope_get_for_write(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
-	idempo_scope_check_use(s, key, session.save_userid);
+	idempo_scope_check_verify(s, key, session.save_userid);
 	if (attempt_argno >= 0 && PG_ARGISNULL(attempt_argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -242,11 +242,8 @@ idempo_resolve(PG_FUNCTION_ARGS)
 				 errmsg("unknown resolution %s for key \"%s\" in scope \"%s\"",
 						resolution ? quote_literal_cstr(resolution) : "NULL", key, s->name),
 				 errhint("Use 'succeeded' (it happened), 'not_executed' (it did not) or 'failed' (final).")));
-	if (reviewer == NULL || reviewer[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("a reviewer must be named to resolve key \"%s\" in scope \"%s\"", key, s->name),
-				 errhint("Pass reviewer => 'your name'.")));
+	idempo_scope_check_review(s, key, session.save_userid, "resolve");
+	reviewer = idempo_reviewer_name(reviewer, session.save_userid);
 
 	now = idempo_now();
 	read_locked(s, key, &r, "resolve");
@@ -315,6 +312,8 @@ idempo_request_review(PG_FUNCTION_ARGS)
 	idempo_spi_begin(&session);
 	s = idempo_scope_get_for_write(scope_name);
 	key = idempo_key_arg(fcinfo, 1, s);
+	/* the application (allowed_role) hands a record to a person; so may a reviewer */
+	idempo_scope_check_read(s, key, session.save_userid);
 	now = idempo_now();
 	read_locked(s, key, &r, "review");
 	from = r.status;

@@ -167,6 +167,8 @@ scope_load(const char *name, IdempoScope *entry, MemoryContext cxt)
 			entry->fingerprint_include_paths = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		role = desc->natts >= 17 ? SPI_getvalue(tuple, desc, 17) : NULL;
+		entry->review_role_name = role ? MemoryContextStrdup(cxt, role) : NULL;
 	}
 	return true;
 }
@@ -303,6 +305,7 @@ idempo_scope_values(const IdempoScope *scope, IdempoScope *out)
 	out->fingerprint_include = NULL;
 	out->fingerprint_include_compiled = true;
 	out->allowed_role_name = NULL;
+	out->review_role_name = NULL;
 	out->owner = NULL;
 	out->cxt = NULL;
 }
@@ -342,13 +345,19 @@ idempo_scope_get_for_write(const char *name)
 	return idempo_scope_get(name);
 }
 
-/* Refuses a role outside the scope's allowed_role, looked up by name now (see the file header). */
+/*
+ * Refuses a role outside the scope's allowed_role, looked up by name now (see
+ * the file header); reviewers_too: the scope's reviewers pass too (verify,
+ * lookup: a person looks a record up and says what the target system has).
+ */
 static void
-check_role(const IdempoScope *scope, const char *key, Oid user)
+check_role(const IdempoScope *scope, const char *key, Oid user, bool reviewers_too)
 {
 	Oid			role;
 
 	if (scope->allowed_role_name == NULL)
+		return;
+	if (reviewers_too && idempo_scope_may_review(scope, user))
 		return;
 	role = get_role_oid(scope->allowed_role_name, true);
 	if (!OidIsValid(role))
@@ -363,6 +372,9 @@ check_role(const IdempoScope *scope, const char *key, Oid user)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("role \"%s\" may not use scope \"%s\" (key \"%s\")",
 						GetUserNameFromId(user, false), scope->name, key),
+				 scope->review_role_name && reviewers_too ?
+				 errhint("Only members of role \"%s\" and the scope's reviewers (role \"%s\") may look up, verify or put in review keys in this scope.",
+						 scope->allowed_role_name, scope->review_role_name) :
 				 errhint("Only members of role \"%s\" may claim, complete, fail, verify or look up keys in this scope.",
 						 scope->allowed_role_name)));
 }
@@ -371,8 +383,8 @@ check_role(const IdempoScope *scope, const char *key, Oid user)
  * Refuses use of a disabled scope, or by a role outside allowed_role.
  * user is the caller's identity (not the owner we run SPI as).
  */
-void
-idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
+static void
+refuse_disabled(const IdempoScope *scope, const char *key)
 {
 	if (!scope->enabled)
 		ereport(ERROR,
@@ -381,7 +393,24 @@ idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
 						scope->name, key, scope->owner ? scope->owner : "not recorded"),
 				 errhint("An old copy of a flow may still be running. Ask the scope's owner before enabling it again with idempo.enable_scope('%s').",
 						 scope->name)));
-	check_role(scope, key, user);
+}
+
+void
+idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
+{
+	refuse_disabled(scope, key);
+	check_role(scope, key, user, false);
+}
+
+/*
+ * verify(): as idempo_scope_check_use(), and the scope's reviewers pass too:
+ * a person who looked the action up in the target system records it.
+ */
+void
+idempo_scope_check_verify(const IdempoScope *scope, const char *key, Oid user)
+{
+	refuse_disabled(scope, key);
+	check_role(scope, key, user, true);
 }
 
 /*
@@ -392,7 +421,7 @@ idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
 void
 idempo_scope_check_read(const IdempoScope *scope, const char *key, Oid user)
 {
-	check_role(scope, key, user);
+	check_role(scope, key, user, true);
 }
 
 /*

@@ -59,6 +59,7 @@ CREATE TABLE idempo.scopes (
     remember            interval    NOT NULL DEFAULT '0',
     fingerprint_ignore  text[]      NOT NULL DEFAULT '{}',
     fingerprint_include text[]      NOT NULL DEFAULT '{}',
+    review_role         name,
     CONSTRAINT scopes_name_check CHECK (name OPERATOR(pg_catalog.<>) ''
         AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 128),
     CONSTRAINT scopes_on_lease_expiry_check CHECK (on_lease_expiry IN ('unknown', 'retry')),
@@ -77,6 +78,8 @@ COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
     'Dot paths of object keys left out of the fingerprint (arrays are not entered); fixed while the scope has operations.';
 COMMENT ON COLUMN idempo.scopes.fingerprint_include IS
     'Paths of the only fields that count in the fingerprint (items[*].sku enters arrays); empty: every field; fixed while the scope has operations.';
+COMMENT ON COLUMN idempo.scopes.review_role IS
+    'Whose members review the scope''s records (resolve, conflicts, release); NULL: allowed_role''s members, or anyone when that is NULL too.';
 
 -- sweep_at is the earliest time at which the sweep has something to do with the row (NULL: never,
 -- i.e. in_review).  It may be early, never late: the sweep re-reads the row and, if nothing is due
@@ -305,7 +308,7 @@ CREATE FUNCTION idempo.resolve(
     scope      text,
     key        text,
     resolution text,
-    reviewer   text,
+    reviewer   text  DEFAULT NULL,
     target_ref text  DEFAULT NULL,
     result     jsonb DEFAULT NULL,
     note       text  DEFAULT NULL)
@@ -432,6 +435,11 @@ BEGIN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
             USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
     END IF;
+    IF s.review_role IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.review_role) THEN
+        RAISE EXCEPTION 'role "%" does not exist', s.review_role
+            USING ERRCODE = '42704', HINT = 'Create the role first, or leave review_role NULL.';
+    END IF;
     IF s.remember IS NULL OR s.remember < '0'::interval OR s.remember > '100 years'::interval THEN
         RAISE EXCEPTION 'remember of scope "%" must be between 0 and 100 years, not %', s.name,
             coalesce(s.remember::text, 'NULL')
@@ -517,7 +525,8 @@ CREATE FUNCTION idempo.create_scope(
     durability          text     DEFAULT 'local',
     remember            interval DEFAULT '0',
     fingerprint_ignore  text[]   DEFAULT '{}',
-    fingerprint_include text[]   DEFAULT '{}')
+    fingerprint_include text[]   DEFAULT '{}',
+    review_role         name     DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -541,6 +550,7 @@ BEGIN
     s.remember := create_scope.remember;
     s.fingerprint_ignore := create_scope.fingerprint_ignore;
     s.fingerprint_include := create_scope.fingerprint_include;
+    s.review_role := create_scope.review_role;
     s.enabled := true;
     s.created_at := now();
     s.updated_at := now();
@@ -577,7 +587,8 @@ CREATE FUNCTION idempo.alter_scope(
     durability          text     DEFAULT NULL,
     remember            interval DEFAULT NULL,
     fingerprint_ignore  text[]   DEFAULT NULL,
-    fingerprint_include text[]   DEFAULT NULL)
+    fingerprint_include text[]   DEFAULT NULL,
+    review_role         name     DEFAULT NULL)
     RETURNS idempo.scopes
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -692,6 +703,9 @@ BEGIN
     IF alter_scope.allowed_role IS NOT NULL THEN
         s.allowed_role := nullif(alter_scope.allowed_role, '');
     END IF;
+    IF alter_scope.review_role IS NOT NULL THEN
+        s.review_role := nullif(alter_scope.review_role, '');
+    END IF;
     IF alter_scope.owner IS NOT NULL THEN
         s.owner := nullif(alter_scope.owner, '');
     END IF;
@@ -711,7 +725,8 @@ BEGIN
         store_params = s.store_params, audit = s.audit, allowed_role = s.allowed_role,
         owner = s.owner, environment = s.environment, description = s.description,
         durability = s.durability, updated_at = s.updated_at, remember = s.remember,
-        fingerprint_ignore = s.fingerprint_ignore, fingerprint_include = s.fingerprint_include
+        fingerprint_ignore = s.fingerprint_ignore, fingerprint_include = s.fingerprint_include,
+        review_role = s.review_role
     WHERE sc.name = s.name;
     -- A shorter retention must not leave unfinished work waiting for a sweep that comes too late.
     -- The retention added as the C code adds it (src/clock.c: on the calendar of UTC, whatever
@@ -772,21 +787,18 @@ CREATE FUNCTION idempo.enable_scope(name text) RETURNS idempo.scopes
 
 -- resolution: 'kept_stored' (the stored request stands, the incoming one was refused),
 -- 'new_key' (the incoming request was re-sent under a new key), 'dismissed' (nothing to do).
-CREATE FUNCTION idempo.resolve_conflict(conflict_id bigint, resolution text, reviewer text,
+CREATE FUNCTION idempo.resolve_conflict(conflict_id bigint, resolution text, reviewer text DEFAULT NULL,
                                         note text DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     c idempo.conflicts;
     k text;
+    decided_by text;
 BEGIN
     IF resolution IS NULL OR resolution NOT IN ('kept_stored', 'new_key', 'dismissed') THEN
         RAISE EXCEPTION 'unknown conflict resolution %', coalesce(quote_literal(resolution), 'NULL')
             USING ERRCODE = '22023', HINT = 'Use ''kept_stored'', ''new_key'' or ''dismissed''.';
-    END IF;
-    IF reviewer IS NULL OR reviewer = '' THEN
-        RAISE EXCEPTION 'a reviewer must be named to resolve conflict %', conflict_id
-            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
     END IF;
     -- The key first, then the row locked through it: on a cluster distributed by key (Citus) a
     -- row can only be locked by a statement that names its key.
@@ -796,6 +808,8 @@ BEGIN
         RAISE EXCEPTION 'conflict % does not exist', conflict_id
             USING ERRCODE = '42704', HINT = 'Open conflicts are listed in idempo.conflicts where resolved_at is null.';
     END IF;
+    -- the scope's reviewers only; the name recorded is the caller's (src/review_rights.c)
+    decided_by := idempo.check_reviewer(c.scope, c.key, reviewer, 'resolve a conflict of');
     -- where the records come from a publisher (logical replication), only the publisher resolves
     PERFORM idempo.refuse_on_subscriber(c.scope, c.key);
     IF c.resolved_at IS NOT NULL THEN
@@ -804,7 +818,7 @@ BEGIN
             USING ERRCODE = '55000', HINT = 'A resolved conflict cannot be resolved again.';
     END IF;
     UPDATE idempo.conflicts AS x
-       SET resolved_at = now(), resolved_by = reviewer,
+       SET resolved_at = now(), resolved_by = decided_by,
            resolution = resolve_conflict.resolution, note = resolve_conflict.note
      WHERE x.id = conflict_id AND x.key = c.key;
 END
@@ -814,7 +828,7 @@ $$;
 -- answers 'expired' for it) is deleted, so that the next claim of the key is 'acquired' and the
 -- action runs again.  Recorded as a closed review (reason 'manual', resolution 'released', the
 -- reviewer, the note, the row as it was) and, in audited scopes, as an event 'release'.
-CREATE FUNCTION idempo.release(scope text, key text, reviewer text, note text DEFAULT NULL)
+CREATE FUNCTION idempo.release(scope text, key text, reviewer text DEFAULT NULL, note text DEFAULT NULL)
     RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -822,12 +836,11 @@ DECLARE
     k text;
     t timestamptz := idempo.now();
     review bigint;
+    decided_by text;
 BEGIN
-    IF reviewer IS NULL OR reviewer = '' THEN
-        RAISE EXCEPTION 'a reviewer must be named to release key "%" in scope "%"', release.key, release.scope
-            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
-    END IF;
     k := idempo.stored_key(release.scope, release.key);   -- refuses an unknown scope or a bad key
+    -- the scope's reviewers only; the name recorded is the caller's (src/review_rights.c)
+    decided_by := idempo.check_reviewer(release.scope, k, release.reviewer, 'release');
     PERFORM idempo.refuse_on_subscriber(release.scope, k);
     SELECT * INTO o FROM idempo.operations AS x
      WHERE x.scope = release.scope AND x.key = k FOR UPDATE;
@@ -846,7 +859,7 @@ BEGIN
     INSERT INTO idempo.reviews AS r (scope, key, reason, opened_at, operation, detail, resolved_at,
                                      resolved_by, resolution, note)
     VALUES (o.scope, o.key, 'manual', t, o, 'remembered key released: the action may run again', t,
-            reviewer, 'released', release.note)
+            decided_by, 'released', release.note)
     RETURNING r.id INTO review;
     DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
     IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
@@ -858,12 +871,31 @@ END
 $$;
 
 ------------------------------------------------------------------------------------------------
+-- Who may review (src/review_rights.c): a scope's review_role, else its allowed_role, else any
+-- role with the grants; idempo's owner always.  The views a reviewer reads show only the scopes
+-- the current role may review (security_barrier: a function of the caller's in a WHERE clause
+-- cannot see the rows before the filter does).
+------------------------------------------------------------------------------------------------
+
+CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempo_may_review'
+    LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION idempo.may_review(text) IS
+    'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
+
+-- For resolve_conflict() and release(), which run as the owner: refuses a caller who may not
+-- review the scope, and returns the name the decision records.
+CREATE FUNCTION idempo.check_reviewer(scope text, key text, reviewer text, what text) RETURNS text
+    AS 'MODULE_PATHNAME', 'idempo_check_reviewer'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+------------------------------------------------------------------------------------------------
 -- What people look at
 ------------------------------------------------------------------------------------------------
 
 -- Open reviews, oldest first, with how long each has waited (never negative: a review opened under a
 -- test's idempo.clock_offset may lie in the future of a session without it).
-CREATE VIEW idempo.review_queue AS
+CREATE VIEW idempo.review_queue WITH (security_barrier) AS
 SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
        GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
        o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
@@ -872,6 +904,7 @@ FROM idempo.reviews r
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
 WHERE r.resolved_at IS NULL
+  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name))
 ORDER BY r.opened_at, r.id;
 
 -- Per scope: operations per status, open reviews and the oldest one's wait, open conflicts.
@@ -926,7 +959,7 @@ CREATE FUNCTION idempo.params_diff(stored jsonb, incoming jsonb)
 $$;
 
 -- Open conflicts, oldest first, with what changed (when the scope stores params).
-CREATE VIEW idempo.conflict_queue AS
+CREATE VIEW idempo.conflict_queue WITH (security_barrier) AS
 SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
        GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
        o.status AS stored_status, o.target_ref AS stored_target_ref,
@@ -938,7 +971,27 @@ FROM idempo.conflicts c
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
 WHERE c.resolved_at IS NULL
+  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name))
 ORDER BY c.first_detected_at, c.id;
+
+-- A reviewer's window on the records: the operations and audit events of the scopes the
+-- current role may review (idempo.may_review), for the review console and people's own SQL.
+CREATE VIEW idempo.reviewable_operations WITH (security_barrier) AS
+SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_seen_at,
+       o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
+       o.target_ref, o.error, o.params, o.attempt_base
+FROM idempo.operations o
+WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name));
+COMMENT ON VIEW idempo.reviewable_operations IS
+    'The operations of the scopes the current role may review.';
+
+CREATE VIEW idempo.reviewable_events WITH (security_barrier) AS
+SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
+       e.action, e.actor
+FROM idempo.events e
+WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name));
+COMMENT ON VIEW idempo.reviewable_events IS
+    'The audit events of the scopes the current role may review.';
 
 -- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
 -- Used by the tests after every fault; cheap enough to run by hand on a live system.
@@ -1081,3 +1134,5 @@ GRANT EXECUTE ON FUNCTION idempo.now() TO PUBLIC;
 -- the client libraries check it before anything else, whatever the role may do
 GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
+-- the filter of the views a reviewer reads, executed as the reader; it answers for them only
+GRANT EXECUTE ON FUNCTION idempo.may_review(text) TO PUBLIC;

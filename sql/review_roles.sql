@@ -1,0 +1,157 @@
+-- Who reviews a scope (review_role, else allowed_role, else anyone with the grants), what the
+-- reviewer's views show, and whom a decision names (src/review_rights.c, docs/security.md).
+SET client_min_messages = warning;
+SET idempo.allow_drop_with_records = on;  -- the previous test leaves records
+DROP EXTENSION IF EXISTS idempo CASCADE;
+RESET idempo.allow_drop_with_records;
+CREATE EXTENSION idempo;
+RESET client_min_messages;
+
+CREATE ROLE regress_rr_billing_app;
+CREATE ROLE regress_rr_shop_app;
+CREATE ROLE regress_rr_billing_reviewers;
+CREATE ROLE regress_rr_rita IN ROLE regress_rr_billing_reviewers;   -- reviews billing
+CREATE ROLE regress_rr_sam;                                         -- reviews nothing special
+CREATE ROLE regress_rr_desk IN ROLE regress_rr_rita;                -- a member of rita's role
+GRANT regress_rr_rita, regress_rr_sam, regress_rr_desk TO current_user;
+-- the reviewer's grant set of docs/security.md, to a group of the people
+CREATE ROLE regress_rr_reviewers;
+GRANT regress_rr_reviewers TO regress_rr_rita, regress_rr_sam, regress_rr_desk;
+GRANT USAGE ON SCHEMA idempo TO regress_rr_reviewers;
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats,
+    idempo.reviewable_operations, idempo.reviewable_events TO regress_rr_reviewers;
+GRANT EXECUTE ON FUNCTION
+    idempo.resolve(text, text, text, text, text, jsonb, text),
+    idempo.request_review(text, text, text),
+    idempo.release(text, text, text, text),
+    idempo.resolve_conflict(bigint, text, text, text),
+    idempo.verify(text, text, integer, boolean, text, jsonb),
+    idempo.lookup(text, text)
+TO regress_rr_reviewers;
+
+-- billing: its own reviewers; shop: reviewed by its application's members; open: by anyone
+SELECT name, review_role FROM idempo.create_scope('billing', allowed_role => 'regress_rr_billing_app',
+    review_role => 'regress_rr_billing_reviewers', audit => true, store_params => true);
+SELECT name, review_role FROM idempo.create_scope('shop', allowed_role => 'regress_rr_shop_app',
+    audit => true, store_params => true);
+SELECT name, review_role FROM idempo.create_scope('open', audit => true);
+SELECT regress.err($$SELECT idempo.create_scope('nobody', review_role => 'regress_rr_no_such_role')$$)
+    AS review_role_must_exist;
+
+-- one record of each scope in review, one conflict each, all with events
+SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s,
+    LATERAL idempo.claim(s, 'k-1', '{"amount": 10}');
+SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s,
+    LATERAL idempo.claim(s, 'k-1', '{"amount": 99}');
+SELECT s, idempo.request_review(s, 'k-1', 'check it') > 0 AS in_review
+FROM unnest(ARRAY['billing', 'shop', 'open']) AS s;
+
+-- What each role sees: only the scopes it reviews, in every view a reviewer reads
+CREATE FUNCTION pg_temp.seen() RETURNS TABLE (what text, scopes text)
+    LANGUAGE sql AS $$
+    SELECT 'review_queue', string_agg(scope, ',' ORDER BY scope) FROM idempo.review_queue
+    UNION ALL SELECT 'conflict_queue', string_agg(scope, ',' ORDER BY scope) FROM idempo.conflict_queue
+    UNION ALL SELECT 'reviewable_operations', string_agg(scope, ',' ORDER BY scope) FROM idempo.reviewable_operations
+    UNION ALL SELECT 'reviewable_events', string_agg(DISTINCT scope, ',' ORDER BY scope) FROM idempo.reviewable_events
+$$;
+SET ROLE regress_rr_rita;
+SELECT * FROM pg_temp.seen();
+RESET ROLE;
+SET ROLE regress_rr_sam;
+SELECT * FROM pg_temp.seen();
+RESET ROLE;
+SELECT * FROM pg_temp.seen();   -- idempo's owner (here a superuser) sees every scope
+SELECT s, idempo.may_review(s) FROM unnest(ARRAY['billing', 'shop', 'open', 'no-such-scope', '', NULL]) AS s;
+
+-- A function of the reader's own in a WHERE clause sees only what the filter lets through
+-- (security_barrier): it is not run on billing's rows before the filter.
+CREATE FUNCTION pg_temp.spy(scope text, key text) RETURNS boolean
+    LANGUAGE plpgsql COST 0.0000001 AS $$
+BEGIN
+    RAISE NOTICE 'spy saw % %', scope, key;
+    RETURN true;
+END
+$$;
+SET ROLE regress_rr_sam;
+SELECT count(*) FROM idempo.review_queue WHERE pg_temp.spy(scope, key);
+SELECT count(*) FROM idempo.reviewable_operations WHERE pg_temp.spy(scope, key);
+SELECT count(*) FROM idempo.conflict_queue WHERE pg_temp.spy(scope, key);
+RESET ROLE;
+
+-- Decisions: a role decides only on the scopes it reviews
+SET ROLE regress_rr_sam;
+SELECT regress.err(stmt) AS sam_on_billing FROM (VALUES
+    ($$SELECT idempo.resolve('billing', 'k-1', 'failed')$$),
+    ($$SELECT idempo.release('billing', 'k-1')$$),
+    ($$SELECT idempo.request_review('billing', 'k-1')$$),
+    ($$SELECT idempo.lookup('billing', 'k-1')$$),
+    ($$SELECT idempo.verify('billing', 'k-1', 1, true)$$),
+    ($$SELECT idempo.resolve('shop', 'k-1', 'failed')$$)
+) AS t(stmt);
+SELECT idempo.resolve('open', 'k-1', 'failed', note => 'anyone may: no allowed_role, no review_role');
+RESET ROLE;
+-- (sam cannot name the conflict it may not see: resolve_conflict(id) is refused by the rule too)
+SELECT id AS billing_conflict FROM idempo.conflicts WHERE scope = 'billing' \gset
+SET ROLE regress_rr_sam;
+SELECT regress.err($$SELECT idempo.resolve_conflict($$ || :billing_conflict || $$, 'dismissed')$$) AS sam_by_id;
+RESET ROLE;
+
+-- rita reviews billing: reads it, verifies, decides, without the application's rights
+SET ROLE regress_rr_rita;
+SELECT status, attempt FROM idempo.lookup('billing', 'k-1');
+SELECT idempo.resolve('billing', 'k-1', 'succeeded', target_ref => 'INV-1');
+SELECT idempo.resolve_conflict(:billing_conflict, 'kept_stored', note => 'the first amount stands');
+SELECT regress.err($$SELECT idempo.claim('billing', 'k-2')$$) AS rita_claims;
+RESET ROLE;
+
+-- The name a decision records: the caller's own, a role it is a member of, never another's
+SET ROLE regress_rr_desk;   -- desk is a member of rita (may SET ROLE to it and act as rita)
+SELECT idempo.request_review('billing', 'k-1') > 0 AS desk_opens;
+SELECT idempo.resolve('billing', 'k-1', 'succeeded', reviewer => 'regress_rr_rita');
+SELECT regress.err($$SELECT idempo.resolve('billing', 'k-1', 'succeeded', reviewer => 'regress_rr_sam')$$) AS desk_as_sam;
+SELECT regress.err($$SELECT idempo.resolve('billing', 'k-1', 'succeeded', reviewer => 'Rita Smith')$$) AS desk_as_a_name;
+RESET ROLE;
+SELECT scope, key, resolution, resolved_by FROM idempo.reviews WHERE resolved_at IS NOT NULL ORDER BY id;
+SELECT scope, key, resolution, resolved_by FROM idempo.conflicts WHERE resolved_at IS NOT NULL ORDER BY id;
+SELECT scope, key, action, CASE WHEN actor = current_user THEN '(this test''s role)' ELSE actor END AS actor
+FROM idempo.events WHERE action IN ('resolve', 'request_review') ORDER BY id;
+
+-- In resolve_conflict() and release() (PL/pgSQL, run as idempo's owner) the caller is the role
+-- in effect outside them: SET ROLE's.
+SELECT outcome FROM idempo.claim('billing', 'k-3', '{"amount": 1}');
+SELECT outcome FROM idempo.claim('billing', 'k-3', '{"amount": 2}');
+SET ROLE regress_rr_rita;
+SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue WHERE key = 'k-3'), 'dismissed');
+RESET ROLE;
+SELECT resolved_by FROM idempo.conflicts WHERE key = 'k-3';
+-- the owner may record any name (importing decisions made elsewhere): it can write the tables
+SELECT outcome FROM idempo.claim('billing', 'k-3', '{"amount": 3}');
+SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue WHERE key = 'k-3'), 'dismissed',
+                               'imported: J. Doe, 2026-11-30');
+SELECT resolved_by FROM idempo.conflicts WHERE key = 'k-3' ORDER BY id DESC LIMIT 1;
+
+-- A review_role that no longer exists: its scope is hidden from everyone but the owner, and
+-- decisions are refused naming the setting; other scopes are not affected
+SELECT outcome FROM idempo.claim('billing', 'k-4');
+SELECT idempo.request_review('billing', 'k-4') > 0 AS opened;
+ALTER ROLE regress_rr_billing_reviewers RENAME TO regress_rr_billing_reviewers_old;
+SET ROLE regress_rr_rita;
+SELECT * FROM pg_temp.seen();
+SELECT regress.err($$SELECT idempo.resolve('billing', 'k-4', 'failed')$$) AS role_gone;
+RESET ROLE;
+ALTER ROLE regress_rr_billing_reviewers_old RENAME TO regress_rr_billing_reviewers;
+-- review_role => '' falls back to allowed_role: rita no longer reviews billing
+SELECT name, review_role FROM idempo.alter_scope('billing', review_role => '');
+SET ROLE regress_rr_rita;
+SELECT * FROM pg_temp.seen();
+RESET ROLE;
+
+-- check_reviewer() is idempo's own: nobody else may execute it
+SET ROLE regress_rr_rita;
+SELECT regress.err($$SELECT idempo.check_reviewer('open', 'k-1', 'regress_rr_sam', 'resolve')$$) AS not_granted;
+RESET ROLE;
+
+REVOKE regress_rr_rita, regress_rr_sam, regress_rr_desk FROM current_user;
+DROP OWNED BY regress_rr_reviewers;
+DROP ROLE regress_rr_desk, regress_rr_rita, regress_rr_sam, regress_rr_reviewers,
+    regress_rr_billing_reviewers, regress_rr_billing_app, regress_rr_shop_app;

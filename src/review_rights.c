@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * review_rights.c
+ *	  Who may review a scope's records, and whom a decision names.
+ *
+ * A scope's reviewers are the members of its review_role; without one, the
+ * members of its allowed_role (the application's people decide on its
+ * records); without either, every role with the reviewer's grants.  idempo's
+ * owner (a member of the role that owns its tables, so every superuser) may
+ * review every scope: it can read and write the tables anyway.  This is the
+ * one place the rule is written: resolve() and request_review() call it
+ * here, the PL/pgSQL functions resolve_conflict() and release() through
+ * idempo.check_reviewer(), and the views a reviewer reads (review_queue,
+ * conflict_queue, reviewable_operations, reviewable_events) through
+ * idempo.may_review().  Roles are looked up by name at each use, as
+ * allowed_role is (scope_cache.c).
+ *
+ * A decision records the role that made it.  The reviewer argument of
+ * resolve(), resolve_conflict() and release() may be left out (the caller
+ * is recorded); a name given must be the caller's own, or a role the caller
+ * is a member of (it could SET ROLE to it and decide as that role anyway).
+ * Only idempo's owner may record another name (to import decisions made
+ * elsewhere): it could write the column directly.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "idempo.h"
+
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(idempo_may_review);
+PG_FUNCTION_INFO_V1(idempo_check_reviewer);
+
+/* The role of name, or InvalidOid: no such role. */
+static Oid
+role_named(const char *name)
+{
+	return name ? get_role_oid(name, true) : InvalidOid;
+}
+
+/* The role whose members review the scope: review_role, else allowed_role; NULL: anyone. */
+static const char *
+reviewers_role_name(const IdempoScope *scope)
+{
+	return scope->review_role_name ? scope->review_role_name : scope->allowed_role_name;
+}
+
+static bool
+is_idempo_owner(Oid user)
+{
+	return is_member_of_role(user, idempo_catalog()->owner);
+}
+
+/* May user review the scope's records?  A role named but missing: no (but the owner may). */
+bool
+idempo_scope_may_review(const IdempoScope *scope, Oid user)
+{
+	const char *name = reviewers_role_name(scope);
+	Oid			role;
+
+	if (name == NULL || is_idempo_owner(user))
+		return true;
+	role = role_named(name);
+	return OidIsValid(role) && is_member_of_role(user, role);
+}
+
+/* Refuses a caller who may not review the scope; what: the verb, for the message. */
+void
+idempo_scope_check_review(const IdempoScope *scope, const char *key, Oid user, const char *what)
+{
+	const char *name = reviewers_role_name(scope);
+
+	if (idempo_scope_may_review(scope, user))
+		return;
+	if (!OidIsValid(role_named(name)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("%s \"%s\" of scope \"%s\" does not exist",
+						scope->review_role_name ? "review_role" : "allowed_role", name, scope->name),
+				 errhint("Recreate the role or change the scope with idempo.alter_scope('%s', %s => ...).",
+						 scope->name, scope->review_role_name ? "review_role" : "allowed_role")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("role \"%s\" may not %s key \"%s\" in scope \"%s\"",
+					GetUserNameFromId(user, false), what, key, scope->name),
+			 scope->review_role_name ?
+			 errhint("Only members of role \"%s\" (the scope's review_role) decide on its records.", name) :
+			 errhint("Only members of role \"%s\" (the scope's allowed_role) decide on its records; idempo.alter_scope('%s', review_role => ...) names a role of reviewers instead.",
+					 name, scope->name)));
+}
+
+/*
+ * The name a decision records: the caller's, when reviewer is NULL; else
+ * reviewer, if the caller may name it (see the file header).
+ */
+char *
+idempo_reviewer_name(const char *reviewer, Oid user)
+{
+	char	   *caller = GetUserNameFromId(user, false);
+	Oid			role;
+
+	if (reviewer == NULL)
+		return caller;
+	if (reviewer[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reviewer must not be empty"),
+				 errhint("Leave reviewer out: the decision is recorded as made by the calling role.")));
+	if (strcmp(reviewer, caller) == 0)
+		return caller;
+	role = role_named(reviewer);
+	if ((OidIsValid(role) && is_member_of_role(user, role)) || is_idempo_owner(user))
+		return pstrdup(reviewer);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("role \"%s\" may not record a decision as \"%s\"", caller, reviewer),
+			 errdetail("idempo records the role that decides: a reviewer named must be the caller's role or a role it is a member of."),
+			 errhint("Leave reviewer out: the decision is recorded as made by role \"%s\".", caller)));
+	return NULL;				/* not reached */
+}
+
+/*
+ * idempo.may_review(scope text) RETURNS boolean: may the current role
+ * review the scope's records?  false for a scope that does not exist.  The
+ * filter of the views a reviewer reads: it never raises an error, so one
+ * scope with a missing role cannot empty a queue for everyone.
+ */
+Datum
+idempo_may_review(PG_FUNCTION_ARGS)
+{
+	Oid			user = GetUserId();
+	char	   *scope_name;
+	IdempoSpiSession session;
+	const IdempoScope *scope;
+	bool		result;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);
+	scope_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (scope_name[0] == '\0' || strlen(scope_name) > IDEMPO_MAX_SCOPE_BYTES)
+		PG_RETURN_BOOL(false);
+	idempo_spi_begin(&session);
+	scope = idempo_scope_find(scope_name);
+	result = scope != NULL && idempo_scope_may_review(scope, user);
+	idempo_spi_end(&session);
+	PG_RETURN_BOOL(result);
+}
+
+/*
+ * idempo.check_reviewer(scope text, key text, reviewer text, what text)
+ *	 RETURNS text
+ *
+ * For the PL/pgSQL decisions (resolve_conflict, release), which run as
+ * idempo's owner: refuses a caller who may not review the scope, and
+ * returns the name to record.  key is the stored key (the digest in a
+ * hash_keys scope), for the message only.  The caller is the role in effect outside
+ * SECURITY DEFINER functions (SET ROLE's, else the session's): inside one,
+ * the current role is the owner.  Only idempo's owner may execute it.
+ */
+Datum
+idempo_check_reviewer(PG_FUNCTION_ARGS)
+{
+	Oid			user = GetOuterUserId();
+	char	   *scope_name = idempo_scope_arg(fcinfo, 0);
+	IdempoSpiSession session;
+	const IdempoScope *scope;
+	char	   *key;
+	char	   *reviewer;
+	char	   *what;
+
+	key = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	reviewer = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	what = PG_ARGISNULL(3) ? "decide on" : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	idempo_spi_begin(&session);
+	scope = idempo_scope_get(scope_name);
+	idempo_scope_check_review(scope, key, user, what);
+	reviewer = idempo_reviewer_name(reviewer, user);
+	idempo_spi_end(&session);
+	PG_RETURN_TEXT_P(cstring_to_text(reviewer));
+}
