@@ -13,7 +13,10 @@ CREATE ROLE regress_rr_billing_reviewers;
 CREATE ROLE regress_rr_rita IN ROLE regress_rr_billing_reviewers;   -- reviews billing
 CREATE ROLE regress_rr_sam;                                         -- reviews nothing special
 CREATE ROLE regress_rr_desk IN ROLE regress_rr_rita;                -- a member of rita's role
-GRANT regress_rr_rita, regress_rr_sam, regress_rr_desk TO current_user;
+-- (the test's role claims in the applications' scopes, and SET ROLEs to the people: on a
+-- managed service it is no superuser)
+GRANT regress_rr_billing_app, regress_rr_shop_app, regress_rr_rita, regress_rr_sam, regress_rr_desk
+    TO current_user;
 -- the reviewer's grant set of docs/security.md, to a group of the people
 CREATE ROLE regress_rr_reviewers;
 GRANT regress_rr_reviewers TO regress_rr_rita, regress_rr_sam, regress_rr_desk;
@@ -151,7 +154,9 @@ SET ROLE regress_rr_rita;
 SELECT regress.err($$SELECT idempo.check_reviewer('open', 'k-1', 'regress_rr_sam', 'resolve')$$) AS not_granted;
 RESET ROLE;
 
-REVOKE regress_rr_rita, regress_rr_sam, regress_rr_desk FROM current_user;
+REVOKE regress_rr_billing_app, regress_rr_shop_app, regress_rr_rita, regress_rr_sam, regress_rr_desk
+    FROM current_user;
+GRANT regress_rr_reviewers TO current_user;   -- DROP OWNED needs it where the role is no superuser
 DROP OWNED BY regress_rr_reviewers;
 DROP ROLE regress_rr_desk, regress_rr_rita, regress_rr_sam, regress_rr_reviewers,
     regress_rr_billing_reviewers, regress_rr_billing_app, regress_rr_shop_app;

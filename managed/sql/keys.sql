@@ -19,8 +19,11 @@ CREATE FUNCTION idempo.managed_caller() RETURNS name
 $$;
 
 -- The scope, by the C edition's argument checks and messages; p_write: a call that uses it
--- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup).
-CREATE FUNCTION idempo.managed_scope(p_scope text, p_key text, p_write boolean) RETURNS idempo.scopes
+-- (claim, complete, fail, verify: a disabled scope refuses), else a read (lookup,
+-- request_review); NULL: no role checked.  p_reviewers: the scope's reviewers pass the
+-- allowed_role check too (default: for reads; verify passes true).
+CREATE FUNCTION idempo.managed_scope(p_scope text, p_key text, p_write boolean,
+                                     p_reviewers boolean DEFAULT NULL) RETURNS idempo.scopes
     LANGUAGE plpgsql STABLE AS $$
 DECLARE
     s idempo.scopes;
@@ -67,7 +70,8 @@ BEGIN
                   HINT = format('An old copy of a flow may still be running. Ask the scope''s owner before enabling it again with idempo.enable_scope(''%s'').', s.name);
     END IF;
     -- allowed_role: for the calls that use (p_write) or read (NOT p_write) the scope's records
-    IF p_write IS NOT NULL AND s.allowed_role IS NOT NULL THEN
+    IF p_write IS NOT NULL AND s.allowed_role IS NOT NULL
+       AND NOT (coalesce(p_reviewers, NOT p_write) AND idempo.managed_may_review(s, idempo.managed_caller())) THEN
         IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = s.allowed_role) THEN
             RAISE EXCEPTION 'allowed_role "%" of scope "%" does not exist', s.allowed_role, s.name
                 USING ERRCODE = '42704',
@@ -77,7 +81,9 @@ BEGIN
             RAISE EXCEPTION 'role "%" may not use scope "%" (key "%")', idempo.managed_caller(), s.name,
                 CASE WHEN s.hash_keys THEN encode(sha256(convert_to(p_key, getdatabaseencoding())), 'hex') ELSE p_key END
                 USING ERRCODE = '42501',
-                      HINT = format('Only members of role "%s" may claim, complete, fail, verify or look up keys in this scope.', s.allowed_role);
+                      HINT = CASE WHEN s.review_role IS NOT NULL AND coalesce(p_reviewers, NOT p_write)
+                                  THEN format('Only members of role "%s" and the scope''s reviewers (role "%s") may look up, verify or put in review keys in this scope.', s.allowed_role, s.review_role)
+                                  ELSE format('Only members of role "%s" may claim, complete, fail, verify or look up keys in this scope.', s.allowed_role) END;
         END IF;
     END IF;
     RETURN s;
@@ -133,5 +139,85 @@ BEGIN
         RETURN NULL;
     END IF;
     RETURN o;
+END
+$$;
+
+-- Who may review a scope (src/review_rights.c, the rule written once for the C edition): the
+-- members of review_role, else of allowed_role, else anyone; idempo's owner always.  A role
+-- named but missing: nobody but the owner.
+CREATE FUNCTION idempo.managed_may_review(s idempo.scopes, who name) RETURNS boolean
+    LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN coalesce(s.review_role, s.allowed_role) IS NULL THEN true
+                WHEN pg_has_role(who, (SELECT c.relowner FROM pg_class c WHERE c.oid = 'idempo.operations'::regclass), 'MEMBER') THEN true
+                WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = coalesce(s.review_role, s.allowed_role)) THEN false
+                ELSE pg_has_role(who, coalesce(s.review_role, s.allowed_role), 'MEMBER') END
+$$;
+
+-- Refuses a caller who may not review the scope (src/review_rights.c's messages); what: the verb.
+CREATE FUNCTION idempo.managed_check_review(s idempo.scopes, k text, who name, what text) RETURNS void
+    LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    role_name name := coalesce(s.review_role, s.allowed_role);
+    setting text := CASE WHEN s.review_role IS NOT NULL THEN 'review_role' ELSE 'allowed_role' END;
+BEGIN
+    IF idempo.managed_may_review(s, who) THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = role_name) THEN
+        RAISE EXCEPTION '% "%" of scope "%" does not exist', setting, role_name, s.name
+            USING ERRCODE = '42704',
+                  HINT = format('Recreate the role or change the scope with idempo.alter_scope(''%s'', %s => ...).', s.name, setting);
+    END IF;
+    RAISE EXCEPTION 'role "%" may not % key "%" in scope "%"', who, what, k, s.name
+        USING ERRCODE = '42501',
+              HINT = CASE WHEN s.review_role IS NOT NULL
+                          THEN format('Only members of role "%s" (the scope''s review_role) decide on its records.', role_name)
+                          ELSE format('Only members of role "%s" (the scope''s allowed_role) decide on its records; idempo.alter_scope(''%s'', review_role => ...) names a role of reviewers instead.', role_name, s.name) END;
+END
+$$;
+
+-- The name a decision records (src/review_rights.c): the caller's, or a role it is a member
+-- of; any name from idempo's owner.
+CREATE FUNCTION idempo.managed_reviewer_name(reviewer text, who name) RETURNS text
+    LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF reviewer IS NULL THEN
+        RETURN who;
+    END IF;
+    IF reviewer = '' THEN
+        RAISE EXCEPTION 'reviewer must not be empty' USING ERRCODE = '22023',
+            HINT = 'Leave reviewer out: the decision is recorded as made by the calling role.';
+    END IF;
+    IF reviewer = who::text
+       OR (EXISTS (SELECT FROM pg_roles r WHERE r.rolname = reviewer) AND pg_has_role(who, reviewer::name, 'MEMBER'))
+       OR pg_has_role(who, (SELECT c.relowner FROM pg_class c WHERE c.oid = 'idempo.operations'::regclass), 'MEMBER') THEN
+        RETURN reviewer;
+    END IF;
+    RAISE EXCEPTION 'role "%" may not record a decision as "%"', who, reviewer
+        USING ERRCODE = '42501',
+              DETAIL = 'idempo records the role that decides: a reviewer named must be the caller''s role or a role it is a member of.',
+              HINT = format('Leave reviewer out: the decision is recorded as made by role "%s".', who);
+END
+$$;
+
+-- managed-differs: security: reads idempo.scopes, which callers have no privilege on (the C function switches to the owner inside)
+CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    SELECT * INTO s FROM idempo.scopes AS sc WHERE sc.name = may_review.scope;
+    RETURN FOUND AND idempo.managed_may_review(s, idempo.managed_caller());
+END
+$$;
+
+CREATE FUNCTION idempo.check_reviewer(scope text, key text, reviewer text, what text) RETURNS text
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
+DECLARE
+    s idempo.scopes := idempo.managed_scope(check_reviewer.scope, check_reviewer.key, NULL);
+BEGIN
+    PERFORM idempo.managed_check_review(s, check_reviewer.key, idempo.managed_caller(),
+                                        coalesce(check_reviewer.what, 'decide on'));
+    RETURN idempo.managed_reviewer_name(check_reviewer.reviewer, idempo.managed_caller());
 END
 $$;

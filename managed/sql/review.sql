@@ -51,7 +51,7 @@ DECLARE
     v_found boolean := $4;    -- PL/pgSQL's FOUND shadows a parameter named found
 BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;   -- before the scope is read (scope_cache.c)
-    s := idempo.managed_scope(verify.scope, verify.key, true);
+    s := idempo.managed_scope(verify.scope, verify.key, true, true);
     k := idempo.managed_key(s, verify.key);
     PERFORM idempo.managed_scope_current(s);
     IF verify.attempt IS NULL THEN
@@ -143,7 +143,7 @@ CREATE FUNCTION idempo.resolve(
     scope      text,
     key        text,
     resolution text,
-    reviewer   text,
+    reviewer   text  DEFAULT NULL,
     target_ref text  DEFAULT NULL,
     result     jsonb DEFAULT NULL,
     note       text  DEFAULT NULL)
@@ -156,6 +156,7 @@ DECLARE
     o idempo.operations;
     from_status idempo.status;
     t timestamptz;
+    decided_by text;
 BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;
     s := idempo.managed_scope(resolve.scope, resolve.key, NULL);
@@ -165,10 +166,8 @@ BEGIN
         RAISE EXCEPTION 'unknown resolution % for key "%" in scope "%"', coalesce(quote_literal(resolve.resolution), 'NULL'), k, s.name
             USING ERRCODE = '22023', HINT = 'Use ''succeeded'' (it happened), ''not_executed'' (it did not) or ''failed'' (final).';
     END IF;
-    IF resolve.reviewer IS NULL OR resolve.reviewer = '' THEN
-        RAISE EXCEPTION 'a reviewer must be named to resolve key "%" in scope "%"', k, s.name
-            USING ERRCODE = '22004', HINT = 'Pass reviewer => ''your name''.';
-    END IF;
+    PERFORM idempo.managed_check_review(s, k, idempo.managed_caller(), 'resolve');
+    decided_by := idempo.managed_reviewer_name(resolve.reviewer, idempo.managed_caller());
     t := idempo.now();
     o := idempo.managed_read_locked(s, k, 'resolve');
     from_status := o.status;
@@ -215,7 +214,7 @@ BEGIN
         o.error := 'not executed (resolved by a reviewer)';
     END IF;
     PERFORM idempo.managed_write(o);
-    UPDATE idempo.reviews AS r SET resolved_at = t, resolved_by = resolve.reviewer,
+    UPDATE idempo.reviews AS r SET resolved_at = t, resolved_by = decided_by,
                                    resolution = resolve.resolution, note = resolve.note
      WHERE r.scope = s.name AND r.key = k AND r.resolved_at IS NULL;
     IF s.audit THEN
@@ -240,7 +239,8 @@ DECLARE
     review bigint;
 BEGIN
     LOCK TABLE idempo.operations IN ROW EXCLUSIVE MODE;
-    s := idempo.managed_scope(request_review.scope, request_review.key, NULL);
+    -- the application (allowed_role) hands a record to a person; so may a reviewer
+    s := idempo.managed_scope(request_review.scope, request_review.key, false);
     k := idempo.managed_key(s, request_review.key);
     PERFORM idempo.managed_scope_current(s);
     t := idempo.now();

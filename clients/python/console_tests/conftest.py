@@ -29,6 +29,8 @@ DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_billing_app') THEN CREATE ROLE console_billing_app; END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_shop_app') THEN CREATE ROLE console_shop_app; END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_reviewer') THEN CREATE ROLE console_reviewer; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_billing_reviewers') THEN CREATE ROLE console_billing_reviewers; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_shop_reviewers') THEN CREATE ROLE console_shop_reviewers; END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'alice') THEN CREATE ROLE alice LOGIN; END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'carol') THEN CREATE ROLE carol LOGIN; END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'bob') THEN CREATE ROLE bob LOGIN; END IF;
@@ -36,15 +38,15 @@ END $$;
 ALTER ROLE alice LOGIN PASSWORD 'alice-pw';
 ALTER ROLE carol LOGIN PASSWORD 'carol-pw';
 ALTER ROLE bob LOGIN PASSWORD 'bob-pw';
-GRANT console_reviewer, console_billing_app TO alice, carol;
-GRANT console_reviewer, console_shop_app TO bob;
+GRANT console_reviewer, console_billing_reviewers TO alice, carol;
+GRANT console_reviewer, console_shop_reviewers TO bob;
 """
 
 # docs/console.md's grant set
 GRANTS = """
 GRANT USAGE ON SCHEMA idempo TO console_reviewer;
-GRANT SELECT ON idempo.scopes, idempo.operations, idempo.events, idempo.review_queue, idempo.conflict_queue,
-    idempo.stats TO console_reviewer;
+GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.stats,
+    idempo.reviewable_operations, idempo.reviewable_events TO console_reviewer;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.verify(text, text, integer, boolean, text, jsonb),
@@ -53,11 +55,14 @@ GRANT EXECUTE ON FUNCTION
     idempo.release(text, text, text, text),
     idempo.lookup(text, text)
 TO console_reviewer;
-SELECT name FROM idempo.create_scope('billing.charge', allowed_role => 'console_billing_app', store_params => true,
+SELECT name FROM idempo.create_scope('billing.charge', allowed_role => 'console_billing_app',
+    review_role => 'console_billing_reviewers', store_params => true,
     audit => true, lease => '1 minute', verify_settle => '10 seconds');
-SELECT name FROM idempo.create_scope('shop.order', allowed_role => 'console_shop_app', store_params => true,
+SELECT name FROM idempo.create_scope('shop.order', allowed_role => 'console_shop_app',
+    review_role => 'console_shop_reviewers', store_params => true,
     audit => true, lease => '1 minute');
-SELECT name FROM idempo.create_scope('signup.mail', allowed_role => 'console_billing_app', hash_keys => true,
+SELECT name FROM idempo.create_scope('signup.mail', allowed_role => 'console_billing_app',
+    review_role => 'console_billing_reviewers', hash_keys => true,
     audit => true, lease => '1 minute');
 """
 

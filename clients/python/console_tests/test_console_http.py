@@ -322,7 +322,7 @@ def test_hand_made_links_are_answered_not_crashed(data, console, person):
 
 
 def test_request_review_and_release(data, console, person):
-    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', audit => true,
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', review_role => 'console_billing_reviewers', audit => true,
                 retention => '2 seconds', lease => '1 second', verify_settle => '1 second', remember => '1 day')""")
     data.sql("SELECT idempo.claim('billing.charge', 'inv-1', complete_on_commit => true)")
     data.sql("SELECT idempo.claim('billing.refund', 'ref-1', complete_on_commit => true)")
@@ -377,7 +377,7 @@ LONG = 'console_' + 'l' * 55      # 63 bytes: what PostgreSQL keeps of a longer 
 def test_the_reviewer_is_the_servers_name_for_the_session(data, console, person):
     assert len(LONG) == 63
     data.sql(f"""DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{LONG}') THEN
-                   CREATE ROLE {LONG} LOGIN PASSWORD 'long-pw' IN ROLE console_reviewer, console_billing_app;
+                   CREATE ROLE {LONG} LOGIN PASSWORD 'long-pw' IN ROLE console_reviewer, console_billing_reviewers;
                  END IF; END $$""")
     data.unknown('billing.charge', ['inv-1'])
     data.sql("SELECT idempo.request_review('billing.charge', 'inv-1', 'the customer asks')")
@@ -499,7 +499,7 @@ def test_a_change_to_a_row_the_decision_does_not_lock_is_refused(data, console, 
     (READ COMMITTED) after the decision's snapshot and before the call is not met by a lock. The
     decision's reads are held up by a lock on idempo.events (its history) to commit the change
     in that window; the decision must still be refused as stale."""
-    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app',
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', review_role => 'console_billing_reviewers',
                 store_params => true, lease => '1 minute')""")      # no audit: the change writes no event
     cid = data.conflict('billing.refund', 'ref-1', {'amount': 1}, {'amount': 2})
     c = console()

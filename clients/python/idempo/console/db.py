@@ -1,9 +1,10 @@
 """What the console reads and how it decides, on a connection made as the signed-in person.
 
-Visibility: a person sees a scope when idempo would let them look up its records: the scope
-has no allowed_role, or they are a member of it (the rule of idempo.lookup).  Every query
-below joins VISIBLE, so a reviewer of billing is never shown, and cannot decide, another
-application's records.
+Visibility: a person sees a scope's records when the database says they review it
+(idempo.may_review: its review_role, else its allowed_role, else anyone; docs/security.md).
+The views read here show only those scopes, and idempo's decision functions refuse the others;
+every query also joins VISIBLE, so the pages that read idempo.stats or idempo.scopes (every
+scope) show the same scopes as the queues.
 
 Staleness: every page that offers a decision carries a token of the state it showed (the
 record, its open review, its open conflicts).  A decision runs in one REPEATABLE READ
@@ -24,10 +25,9 @@ from psycopg.rows import dict_row
 
 PAGE = 50
 
-# the scopes the current role may see (joined as s)
-VISIBLE = """(s.allowed_role IS NULL OR EXISTS (
-    SELECT 1 FROM pg_catalog.pg_roles AS r
-    WHERE r.rolname = s.allowed_role AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')))"""
+# the scopes the current role reviews (joined as s): the database's rule, idempo.may_review (the
+# views below filter by it already; idempo.stats and idempo.scopes show every scope)
+VISIBLE = "idempo.may_review(s.name)"
 
 # a search term: a key in clear, its digest in hash_keys scopes (never compared in clear there)
 KEY_MATCH = """(%(q)s::text IS NULL
@@ -89,7 +89,7 @@ def overview(conn):
     oldest = conn.execute(f"""SELECT q.scope, q.key, q.waiting, s.hash_keys FROM idempo.review_queue AS q
         JOIN idempo.scopes AS s ON s.name = q.scope WHERE {VISIBLE} ORDER BY q.opened_at, q.id LIMIT 1""").fetchone()
     oldest_unknown = conn.execute(f"""SELECT x.scope, x.key, GREATEST(idempo.now() - x.last_attempt_at, '0'::interval) AS waiting
-        FROM idempo.operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        FROM idempo.reviewable_operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
         WHERE x.status = 'unknown' AND {VISIBLE} ORDER BY x.last_attempt_at, x.scope, x.key LIMIT 1""").fetchone()
     try:
         with conn.transaction():
@@ -160,7 +160,7 @@ def unknown(conn, scope=None, q=None, older_than=None, after=None):
     t, sc, k = _after(after, 3)
     return conn.execute(f"""SELECT x.scope, x.key, x.attempt, x.last_attempt_at,
                GREATEST(idempo.now() - x.last_attempt_at, '0'::interval) AS waiting, s.hash_keys
-        FROM idempo.operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
+        FROM idempo.reviewable_operations AS x JOIN idempo.scopes AS s ON s.name = x.scope
         WHERE x.status = 'unknown' AND {VISIBLE} AND (%(scope)s::text IS NULL OR x.scope = %(scope)s)
           AND {KEY_MATCH} AND (%(age)s::interval IS NULL OR idempo.now() - x.last_attempt_at >= %(age)s)
           AND (%(t)s::timestamptz IS NULL
@@ -175,7 +175,7 @@ def record(conn, scope_name, key, history=True):
     if s is None:
         return None
     op = conn.execute("""SELECT *, (status IN ('succeeded', 'failed') AND expires_at <= idempo.now()) AS remembered
-        FROM idempo.operations WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
+        FROM idempo.reviewable_operations WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
     review = conn.execute("""SELECT id, reason, opened_at, waiting, detail, snapshot FROM idempo.review_queue
         WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
     conflicts_ = conn.execute("""SELECT id, occurrences, first_detected_at, last_detected_at, waiting, run_id,
@@ -189,7 +189,7 @@ def record(conn, scope_name, key, history=True):
             if not history:
                 raise _NoHistory
             events = conn.execute("""SELECT id, at, run_id, attempt, from_status, to_status, outcome, action, actor
-                FROM idempo.events WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
+                FROM idempo.reviewable_events WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
     except (psycopg.errors.InsufficientPrivilege, _NoHistory):
         pass
     rec = dict(scope=s, key=key, op=op, review=review, conflicts=conflicts_, events=events)

@@ -270,7 +270,7 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
 {% endfor %}
 
 <h2>History</h2>
-{% if rec.events is none %}<p class="muted">Your role may not read idempo.events.</p>
+{% if rec.events is none %}<p class="muted">Your role may not read idempo.reviewable_events.</p>
 {% elif not rec.events %}<p class="muted">No events{% if not sc.audit %} (the scope is not audited){% endif %}.</p>
 {% else %}<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table id="history"><thead><tr><th scope="col">When</th><th scope="col">Action</th><th scope="col">From</th><th scope="col">To</th><th scope="col">Attempt</th><th scope="col">Outcome</th><th scope="col">By</th></tr></thead><tbody>
 {% for e in rec.events %}<tr><td>{{ e.at|ts }}</td><td>{{ e.action }}</td><td>{{ e.from_status or '' }}</td><td>{{ e.to_status or '' }}</td><td>{{ e.attempt if e.attempt is not none else '' }}</td><td>{{ e.outcome or '' }}</td><td>{{ e.actor }}</td></tr>{% endfor %}
