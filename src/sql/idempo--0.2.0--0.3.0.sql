@@ -251,6 +251,8 @@ COMMENT ON COLUMN idempo.scopes.fingerprint_ignore IS
 ALTER TABLE idempo.scopes ADD COLUMN fingerprint_include text[] NOT NULL DEFAULT '{}';
 COMMENT ON COLUMN idempo.scopes.fingerprint_include IS
     'Paths of the only fields that count in the fingerprint (items[*].sku enters arrays); empty: every field; fixed while the scope has operations.';
+-- what happened when (the review console's days); see the install script
+CREATE INDEX events_at_idx ON idempo.events USING brin (at);
 -- Who reviews the scope's records (src/review_rights.c).
 ALTER TABLE idempo.scopes ADD COLUMN review_role name;
 COMMENT ON COLUMN idempo.scopes.review_role IS
@@ -760,7 +762,9 @@ BEGIN
     DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
     IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
         INSERT INTO idempo.events (at, scope, key, attempt, from_status, action, actor)
-        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release', session_user);
+        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release',
+                CASE WHEN current_setting('role') = 'none' THEN session_user   -- the caller (SET ROLE's)
+                     ELSE current_setting('role')::name END);
     END IF;
     RETURN review;
 END

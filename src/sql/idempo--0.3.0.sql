@@ -180,6 +180,9 @@ CREATE TABLE idempo.events (
 );
 ALTER SEQUENCE idempo.events_id_seq OWNED BY idempo.events.id;
 CREATE INDEX events_scope_key_idx ON idempo.events (scope, key, id);
+-- what happened when (the review console's days): rows arrive in time order, so a BRIN index
+-- of a few pages finds a day's rows and costs an insert next to nothing
+CREATE INDEX events_at_idx ON idempo.events USING brin (at);
 COMMENT ON TABLE idempo.events IS 'Audit log of claim outcomes and transitions in scopes with audit = true.';
 
 -- pg_dump keeps the rows of extension tables only when told to.
@@ -864,7 +867,9 @@ BEGIN
     DELETE FROM idempo.operations AS x WHERE x.scope = o.scope AND x.key = o.key;
     IF (SELECT s.audit FROM idempo.scopes AS s WHERE s.name = o.scope) THEN
         INSERT INTO idempo.events (at, scope, key, attempt, from_status, action, actor)
-        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release', session_user);
+        VALUES (t, o.scope, o.key, o.attempt, o.status, 'release',
+                CASE WHEN current_setting('role') = 'none' THEN session_user   -- the caller (SET ROLE's)
+                     ELSE current_setting('role')::name END);
     END IF;
     RETURN review;
 END

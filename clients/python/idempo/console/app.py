@@ -132,6 +132,7 @@ def create_app(settings):
     env.filters['interval'] = _interval
     env.filters['short_key'] = _short_key
     env.filters['ts'] = lambda t: t.strftime('%Y-%m-%d %H:%M:%S %Z') if t else ''
+    env.filters['day'] = lambda t: t.strftime('%Y-%m-%d') if t else ''
     env.filters['q'] = lambda d: urllib.parse.urlencode({k: v for k, v in d.items() if v not in (None, '')})
     sessions = Sessions(settings)
 
@@ -298,8 +299,12 @@ def create_app(settings):
     def overview(request, s, conn, form):
         rows, oldest, oldest_unknown, workers = db.overview(conn)
         top = max([1] + [r['in_progress'] + r['unknown'] + r['in_review'] + r['open_conflicts'] for r in rows])
+        days = db.activity(conn)
+        charts = None if days is None else [
+            dict(label=label, counts=[d['counts'][i] for d in days], top=max([1] + [d['counts'][i] for d in days]))
+            for i, (label, _) in enumerate(db.ACTIVITY)]
         return page(request, 'overview.html', session=s, rows=rows, oldest=oldest, oldest_unknown=oldest_unknown,
-                    workers=workers, top=top, role=s.role)
+                    workers=workers, top=top, role=s.role, days=days, charts=charts)
 
     def queue(kind, fetch, after_of):
         @signed_in

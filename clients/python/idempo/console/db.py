@@ -99,6 +99,40 @@ def overview(conn):
     return rows, oldest, oldest_unknown, workers
 
 
+DAYS = 14
+# what the overview charts per day, from the audit log: (label, the events counted)
+ACTIVITY = [
+    ('claims that ran the action', "e.action = 'claim' AND e.outcome = 'acquired'"),
+    ('replays', "e.outcome = 'replay'"),
+    ('conflicts', "e.outcome = 'conflict'"),
+    ('records into review', "e.to_status = 'in_review' AND e.from_status IS DISTINCT FROM 'in_review'"),
+    ('verified, resolved or released', "e.action IN ('resolve', 'verify found', 'verify not found', 'release')"),
+]
+
+
+def activity(conn):
+    """Per day of the last DAYS (oldest first): the day and a count per ACTIVITY entry, from the
+    audit events of the scopes the person reviews (audit => true scopes only); None when the role
+    may not read them."""
+    counts = ',\n'.join(f'count(*) FILTER (WHERE {cond}) AS c{i}' for i, (_, cond) in enumerate(ACTIVITY))
+    try:
+        with conn.transaction():
+            rows = conn.execute(f"""WITH days AS (
+                    SELECT d AS day FROM pg_catalog.generate_series(
+                        date_trunc('day', idempo.now()) - interval '{DAYS - 1} days', date_trunc('day', idempo.now()),
+                        interval '1 day') AS d),
+                per_day AS (
+                    SELECT date_trunc('day', e.at) AS day, {counts}
+                    FROM idempo.reviewable_events AS e
+                    WHERE e.at >= date_trunc('day', idempo.now()) - interval '{DAYS - 1} days'
+                    GROUP BY 1)
+                SELECT days.day, {', '.join(f'COALESCE(per_day.c{i}, 0) AS c{i}' for i in range(len(ACTIVITY)))}
+                FROM days LEFT JOIN per_day ON per_day.day = days.day ORDER BY days.day""").fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    return [dict(day=r['day'], counts=[r[f'c{i}'] for i in range(len(ACTIVITY))]) for r in rows]
+
+
 class BadInput(Exception):
     """A value of a hand-made link the console does not understand (the message says which)."""
 

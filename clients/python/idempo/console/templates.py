@@ -109,6 +109,20 @@ OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{%
 </tr>{% else %}<tr><td colspan="8">No scope you may see.</td></tr>{% endfor %}
 </tbody></table></div>
 <p class="muted">Bars: in progress (blue), unknown (ochre), in review (red), open conflicts (purple).</p>
+<h2>The last {{ days|length if days else 14 }} days</h2>
+{% if days is none %}<p class="muted">idempo.reviewable_events cannot be read here (your role may not).</p>
+{% else %}<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table id="activity">
+<caption class="muted">Per day, oldest first, from the audit log of the scopes you review (scopes with audit on)</caption>
+<thead><tr><th scope="col">What</th><th scope="col">Per day</th><th scope="col">Total</th><th scope="col">Today</th></tr></thead>
+<tbody>
+{% for c in charts %}<tr>
+  <th scope="row">{{ c.label }}</th>
+  <td><svg class="bars" width="{{ 8 * c.counts|length }}" height="24" role="img" aria-label="{{ c.label }} per day, oldest first: {{ c.counts|join(', ') }}">
+  {% for n in c.counts %}<rect x="{{ 8 * loop.index0 }}" y="{{ 24 - (24 * n / c.top)|round(1) }}" width="6" height="{{ (24 * n / c.top)|round(1) }}" fill="#0b4f8a"><title>{{ days[loop.index0].day|day }}: {{ n }}</title></rect>
+  {% endfor %}</svg></td>
+  <td>{{ c.counts|sum }}</td><td>{{ c.counts|last }}</td>
+</tr>{% endfor %}
+</tbody></table></div>{% endif %}
 <h2>Sweeper</h2>
 {% if workers is none %}<p class="muted">idempo.workers() cannot be read here (your role may not call it, or the edition has no background worker).</p>
 {% elif not workers %}<p class="message">No launcher or sweeper runs: records whose lease ran out are not moved, retention does not run out (is idempo in shared_preload_libraries?).</p>
