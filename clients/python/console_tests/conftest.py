@@ -6,7 +6,9 @@ their passwords (scram-sha-256 or md5 in pg_hba.conf; the run script sets that u
 idempo installable.  The roles (alice, carol: reviewers of billing; bob: reviewer of the shop)
 are made once per server.
 """
+import functools
 import html
+import http.client
 import http.cookiejar
 import os
 import re
@@ -40,6 +42,18 @@ ALTER ROLE carol LOGIN PASSWORD 'carol-pw';
 ALTER ROLE bob LOGIN PASSWORD 'bob-pw';
 GRANT console_reviewer, console_billing_reviewers TO alice, carol;
 GRANT console_reviewer, console_shop_reviewers TO bob;
+-- single sign-on: the console's own role (NOINHERIT: it holds the people's roles only to SET ROLE
+-- to them), the people it may become; an outsider (not a reviewer) and a superuser it was
+-- granted by mistake
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_sso') THEN CREATE ROLE console_sso LOGIN NOINHERIT; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_outsider') THEN CREATE ROLE console_outsider; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_sso_root') THEN CREATE ROLE console_sso_root SUPERUSER; END IF;
+END $$;
+ALTER ROLE console_sso LOGIN NOINHERIT PASSWORD 'console-sso-pw';
+GRANT console_billing_app TO console_outsider;
+GRANT console_reviewer TO console_sso_root;
+GRANT alice, bob, carol, console_outsider, console_sso_root TO console_sso;
 """
 
 # docs/console.md's grant set
@@ -152,10 +166,10 @@ def free_port():
 
 
 class Console:
-    def __init__(self, dbname, *args):
+    def __init__(self, dbname, *args, dsn_extra=''):
         self.port = free_port()
         self.url = f'http://127.0.0.1:{self.port}'
-        dsn = f"dbname={dbname} host={os.environ.get('PGHOST', '')} port={os.environ.get('PGPORT', '5432')}"
+        dsn = f"dbname={dbname} host={os.environ.get('PGHOST', '')} port={os.environ.get('PGPORT', '5432')}" + dsn_extra
         self.log = open(os.path.join(os.environ.get('IDEMPO_CONSOLE_TEST_LOGDIR', '/tmp'),
                                      f'console-{self.port}.log'), 'w+')
         self.proc = subprocess.Popen([sys.executable, '-m', 'idempo.console', '--dsn', dsn,
@@ -185,8 +199,8 @@ class Console:
 def console(database):
     started = []
 
-    def start(*args):
-        c = Console(database, *args)
+    def start(*args, **kw):
+        c = Console(database, *args, **kw)
         started.append(c)
         return c
     yield start
@@ -199,19 +213,35 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-class Person:
-    """A browser without a browser: cookies, forms, redirects followed."""
+class FromAddress(urllib.request.HTTPHandler):
+    """Connects from a given local address (any of 127.0.0.0/8 reaches the console on 127.0.0.1):
+    the peer address the console sees."""
 
-    def __init__(self, console):
+    def __init__(self, source):
+        super().__init__()
+        self.source = source
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(http.client.HTTPConnection, source_address=(self.source, 0)), req)
+
+
+class Person:
+    """A browser without a browser: cookies, forms, redirects followed.  source: the address it
+    connects from; headers: sent with every request (a proxy's single sign-on header)."""
+
+    def __init__(self, console, source='127.0.0.1', headers=None):
         self.console = console
+        self.headers = dict(headers or {})
         self.jar = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
-        self.raw = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), NoRedirect)
+        via = [FromAddress(source)]
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), *via)
+        self.raw = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), NoRedirect, *via)
 
     def request(self, path, form=None, follow=True, doseq=False):
         body = urllib.parse.urlencode(form, doseq=doseq).encode() if form is not None else None
+        req = urllib.request.Request(self.console.url + path, body, headers=self.headers)
         try:
-            with (self.opener if follow else self.raw).open(self.console.url + path, body, timeout=30) as r:
+            with (self.opener if follow else self.raw).open(req, timeout=30) as r:
                 return r.status, r.read().decode(), r.headers, r.url
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(), e.headers, e.url

@@ -524,3 +524,158 @@ def test_a_change_to_a_row_the_decision_does_not_lock_is_refused(data, console, 
     assert status == 409 and 'changed while you decided' in body, (status, text_of(body)[:300])
     assert '<dd id="status">in_review</dd>' in body
     assert data.one('SELECT resolved_at FROM idempo.conflicts WHERE id = %s', (cid,))[0] is None
+
+
+# ---- single sign-on: a trusted proxy's header mapped to a role ----
+
+PROXY = '127.0.0.2'      # the proxy of --sso-trust: the tests connect from it, or from 127.0.0.1
+HEADER = 'X-Forwarded-User'
+
+
+def sso_console(console, *more):
+    """The console behind a proxy at PROXY, connected as its own role console_sso."""
+    return console('--sso-header', HEADER, '--sso-trust', PROXY, '--sso-group', 'console_reviewer', *more,
+                   dsn_extra=' user=console_sso password=console-sso-pw')
+
+
+def whoami(body):
+    m = re.search(r'<strong id="whoami">([^<]*)</strong>', body)
+    return m and html.unescape(m.group(1))
+
+
+def test_the_trusted_peer_and_the_mapping_rule():
+    from idempo.console.app import peer_trusted, sso_role
+    import ipaddress
+    nets = (ipaddress.ip_network('127.0.0.2'), ipaddress.ip_network('10.1.0.0/16'))
+    assert peer_trusted('127.0.0.2', nets) and peer_trusted('10.1.200.3', nets)
+    assert peer_trusted('::ffff:127.0.0.2', nets)               # an IPv4 peer on a dual-stack socket
+    for peer in ('127.0.0.1', '10.2.0.1', '::1', None, '', 'proxy.example'):
+        assert not peer_trusted(peer, nets), peer
+    assert sso_role('Rita') == 'Rita' and sso_role('Rita', 'lower') == 'rita'
+    assert sso_role('Rita.Smith@Example.COM', 'local-part', 'example.com') == 'rita.smith'
+    for value, how in (('rita@evil.example', 'local-part'), ('rita', 'local-part'), ('a@b@example.com', 'local-part'),
+                       ('', 'exact'), ('r' * 64, 'exact'), ('é' * 32, 'exact'), ('rita\x01', 'exact')):
+        assert sso_role(value, how, 'example.com') is None, value
+    assert sso_role('é' * 31) == 'é' * 31                       # 62 bytes: a role name
+
+
+def test_sso_signs_in_as_the_mapped_role_and_records_it(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-1', 'the customer asks')")
+    c = sso_console(console, '--sso-map', 'local-part', '--sso-domain', 'example.com')
+    p = person(c, source=PROXY, headers={HEADER: 'Alice@example.com'})
+    status, body, headers, _ = p.get('/')
+    assert status == 200 and whoami(body) == 'alice', body
+    assert 'type="password"' not in body
+    _, body, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    status, body, _, _ = p.post('/decide', dict(p.form(body, 'resolve'), resolution='failed', note='declined',
+                                                 confirm='yes'))
+    assert status == 200 and 'Resolved as failed' in body, body
+    # the database saw alice as the role in effect; the console's own role made the connection
+    assert data.one("SELECT actor FROM idempo.events WHERE action = 'resolve'")[0] == 'alice'
+    assert data.one("SELECT resolved_by FROM idempo.reviews WHERE key = 'inv-1'")[0] == 'alice'
+    # no password form: a password sign-in is not taken
+    status, body, _, _ = person(c, source=PROXY).post('/login', {'role': 'bob', 'password': 'bob-pw'})
+    assert status == 401 and 'type="password"' not in body and whoami(body) is None
+    assert 'alice' not in c.logs() and 'Alice' not in c.logs()
+
+
+def test_sso_header_from_another_peer_is_ignored(data, console, person):
+    c = sso_console(console)
+    # straight to the console, not through the proxy: the header is the sender's word only
+    status, body, _, _ = person(c, headers={HEADER: 'alice'}).get('/')
+    assert status == 401 and whoami(body) is None and 'not signed in' in body
+    assert f'the single sign-on header {HEADER} from 127.0.0.1 ignored' in c.logs() and 'alice' not in c.logs()
+    # a session opened through the proxy does not open pages from elsewhere
+    p = person(c, source=PROXY, headers={HEADER: 'alice'})
+    assert whoami(p.get('/')[1]) == 'alice'
+    other = person(c, headers={HEADER: 'alice'})
+    other.jar = p.jar
+    other.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(p.jar))
+    status, body, _, _ = other.get('/')
+    assert status == 401 and whoami(body) is None
+
+
+def test_sso_refuses_a_role_outside_the_group_a_superuser_and_no_role(data, console, person):
+    c = sso_console(console)
+    for value in ('console_outsider', 'console_sso_root', 'console_reviewer', 'console_sso', 'nobody',
+                  'Alice', 'a' * 64):
+        status, body, headers, _ = person(c, source=PROXY, headers={HEADER: value}).get('/')
+        assert status == 401 and whoami(body) is None and 'not signed in' in body, value
+        assert 'idempo_console=' not in (headers.get('Set-Cookie') or ''), value
+    logs = c.logs()
+    assert 'not a member of the --sso-group role' in logs and 'a superuser' in logs and 'no such role' in logs
+    assert 'console_outsider' not in logs and 'console_sso_root' not in logs and 'nobody' not in logs
+    # the reviewers themselves still sign in
+    assert whoami(person(c, source=PROXY, headers={HEADER: 'carol'}).get('/')[1]) == 'carol'
+
+
+def test_sso_a_changed_header_ends_the_session(data, console, person):
+    data.unknown('billing.charge', ['inv-1'])
+    c = sso_console(console)
+    p = person(c, source=PROXY, headers={HEADER: 'alice'})
+    _, page, _, _ = p.get(record_path('billing.charge', 'inv-1'))
+    form = p.form(page, 'resolve')
+    # the proxy now names bob on the same browser: alice's session is over, its token with it
+    p.headers[HEADER] = 'bob'
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='n', confirm='yes'))
+    assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
+    status, body, _, _ = p.get('/')
+    assert status == 200 and whoami(body) == 'bob'
+    # alice again: a new session, not the old one
+    p.headers[HEADER] = 'alice'
+    status, body, _, _ = p.post('/decide', dict(form, resolution='failed', note='n', confirm='yes'))
+    assert status == 403 and data.status('billing.charge', 'inv-1') == 'unknown'
+    # no header from the proxy: not signed in
+    del p.headers[HEADER]
+    status, body, _, _ = p.get('/')
+    assert status == 401 and whoami(body) is None
+
+
+def test_sso_refuses_to_start_as_a_superuser(data):
+    import os
+    import subprocess
+    import sys
+    dsn = f"dbname={data.dbname} host={os.environ.get('PGHOST', '')} port={os.environ.get('PGPORT', '5432')} user=postgres"
+    r = subprocess.run([sys.executable, '-m', 'idempo.console', '--dsn', dsn, '--listen', '127.0.0.1:1',
+                        '--sso-header', HEADER, '--sso-trust', PROXY, '--sso-group', 'console_reviewer'],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and 'is a superuser or has CREATEROLE or BYPASSRLS' in r.stderr, r.stderr
+
+
+# ---- failed sign-ins are limited ----
+
+def test_failed_sign_ins_are_limited_per_address_and_per_role(data, console, person):
+    c = console()
+    p = person(c)
+    for i in range(10):
+        status, _, headers, _ = p.post('/login', p.login_form('alice', f'wrong-{i}'))
+        assert status == 401 and 'Retry-After' not in headers, i
+    # the eleventh is not tried, even with the right password
+    status, body, headers, _ = p.post('/login', p.login_form('alice', 'alice-pw'))
+    assert status == 429 and 'Too many failed sign-ins' in body and whoami(body) is None
+    assert 1 <= int(headers['Retry-After']) <= 900
+    # the limit of the role name holds from any address; the address's for any role name
+    elsewhere = person(c, source='127.0.0.3')
+    status, _, _, _ = elsewhere.post('/login', elsewhere.login_form('alice', 'alice-pw'))
+    assert status == 429
+    status, _, _, _ = p.post('/login', p.login_form('bob', 'bob-pw'))
+    assert status == 429
+    # another address and another role: unaffected
+    elsewhere.sign_in('bob')
+    logs = c.logs()
+    assert 'sign-in refused without trying' in logs
+    assert 'alice' not in logs and 'wrong-' not in logs and 'bob' not in logs
+
+
+def test_the_role_name_is_limited_as_the_server_cuts_it(data, console, person):
+    """PostgreSQL keeps 63 bytes of a login name: names that differ after them are one role, and
+    count as one, from any address."""
+    c = console()
+    for i in range(10):
+        p = person(c, source=f'127.0.0.{10 + i}')
+        status, _, _, _ = p.post('/login', p.login_form(f'{LONG} {i}', 'wrong'))
+        assert status == 401, i
+    p = person(c, source='127.0.0.30')
+    status, _, _, _ = p.post('/login', p.login_form(LONG, 'long-pw'))
+    assert status == 429

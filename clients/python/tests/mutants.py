@@ -100,6 +100,30 @@ MUTANTS = [
      'resolve_conflict) between the snapshot and the call is decided on',
      'idempo/console/db.py', "            if committed is not None:\n", "            if False:\n",
      'console_tests/test_console_http.py::test_a_change_to_a_row_the_decision_does_not_lock_is_refused'),
+    ('console-sso-any-peer', "the single sign-on header is taken from any peer: whoever reaches the console "
+     "directly names the reviewer they want to be",
+     'idempo/console/app.py', "        if not peer_trusted(peer, settings.sso_trust):", "        if False:",
+     'console_tests/test_console_http.py::test_sso_header_from_another_peer_is_ignored'),
+    ('console-sso-group-unchecked', "single sign-on serves any role the console's own role may become, not only "
+     "the reviewers' group",
+     'idempo/console/db.py', "        if not row['in_group']:", "        if False:",
+     'console_tests/test_console_http.py::test_sso_refuses_a_role_outside_the_group_a_superuser_and_no_role'),
+    ('console-sso-superuser', 'single sign-on serves a superuser role the console was granted',
+     'idempo/console/db.py', "        if row['rolsuper'] or row['rolcreaterole'] or row['rolbypassrls']:\n"
+     "            raise NotChecked('a superuser, or", "        if False:\n            raise NotChecked('a superuser, or",
+     'console_tests/test_console_http.py::test_sso_refuses_a_role_outside_the_group_a_superuser_and_no_role'),
+    ('console-sso-session-unbound', "a single sign-on session outlives its header: the proxy names bob, the "
+     "browser still acts as alice",
+     'idempo/console/app.py', "                if s is not None and s.sso != who:", "                if s is not None and who is None:",
+     'console_tests/test_console_http.py::test_sso_a_changed_header_ends_the_session'),
+    ('console-sign-in-unlimited', 'failed sign-ins are not limited: a role\'s password is guessed at the speed of '
+     'the server',
+     'idempo/console/app.py', "        if wait:", "        if False:",
+     'console_tests/test_console_http.py::test_failed_sign_ins_are_limited_per_address_and_per_role'),
+    ('console-sign-in-name-uncut', 'failed sign-ins are counted by the name as typed: a suffix past the 63 bytes '
+     'PostgreSQL keeps makes every guess a new name',
+     'idempo/console/app.py', "role.encode('utf-8', 'replace')[:63]", "role.encode('utf-8', 'replace')",
+     'console_tests/test_console_http.py::test_the_role_name_is_limited_as_the_server_cuts_it'),
     # (id, intent, file, find, replace, pytest -k / files)
     ('http-retry-takes-lease', 'an HTTP retry of an unknown key takes the verification lease: the verifier is told busy',
      'idempo/http.py', "now=True,\n                                        verify_unknown=verify))",

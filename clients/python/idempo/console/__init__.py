@@ -4,7 +4,9 @@
 
 Each person signs in with their own PostgreSQL role and password; every page and every
 decision runs on a connection made as that role, so PostgreSQL's grants decide what they may
-do, and idempo records them as the reviewer.  Needs Starlette, uvicorn, Jinja2 and psycopg 3
+do, and idempo records them as the reviewer. Behind a single sign-on proxy
+(--sso-header), the console connects as a role of its own and SETs ROLE to the person the proxy
+names.  Needs Starlette, uvicorn, Jinja2 and psycopg 3
 (Debian: python3-starlette python3-uvicorn python3-jinja2 python3-psycopg).
 """
 from .app import Settings, create_app

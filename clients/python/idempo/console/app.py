@@ -1,6 +1,9 @@
 """The console's web application (Starlette, run by uvicorn; pages rendered on the server)."""
+import collections
 import dataclasses
+import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import secrets
@@ -51,6 +54,16 @@ class Settings:
     idle_seconds: int = 1800
     max_seconds: int = 8 * 3600
     secure_cookies: bool = False
+    # single sign-on (docs/console.md): the header a proxy sets, the proxies' addresses (ip_network
+    # objects), the reviewers' group role, how the header's value maps to a role name
+    sso_header: str = None
+    sso_trust: tuple = ()
+    sso_group: str = None
+    sso_map: str = 'exact'
+    sso_domain: str = None
+    # failed password sign-ins: at most this many per client address and per role name in the window
+    sign_in_attempts: int = 10
+    sign_in_window: int = 900
 
 
 @dataclasses.dataclass
@@ -63,6 +76,8 @@ class Session:
     # what the last decision did, shown once on the page it leads to: (page, sentence); never
     # taken from the URL (a link could put any sentence in the console's "done" box)
     flash: tuple = None
+    # single sign-on: the header's value the session was opened for (another value ends it)
+    sso: str = dataclasses.field(default=None, repr=False)
 
 
 class Sessions:
@@ -74,7 +89,7 @@ class Sessions:
         self.by_id = {}
         self.lock = threading.Lock()
 
-    def new(self, role, password):
+    def new(self, role, password, sso=None):
         sid = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self.lock:
@@ -82,7 +97,7 @@ class Sessions:
             for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
                         or now - s.started > self.settings.max_seconds]:
                 del self.by_id[old]
-            self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now)
+            self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now, sso=sso)
         return sid
 
     def get(self, sid):
@@ -102,6 +117,77 @@ class Sessions:
     def end(self, sid):
         with self.lock:
             self.by_id.pop(sid, None)
+
+
+class Attempts:
+    """Failed sign-ins per key (a client address, a role name) in a sliding window.  Bounded: at
+    most max_keys keys, the one whose last failure is oldest forgotten first; each key keeps at
+    most `limit` times."""
+
+    def __init__(self, limit, window, max_keys=10000):
+        self.limit, self.window, self.max_keys = limit, window, max_keys
+        self.failures = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def wait(self, key, now):
+        """Seconds until the key may try again: 0 when it is under the limit."""
+        if self.limit <= 0:
+            return 0
+        with self.lock:
+            times = self.failures.get(key)
+            while times and times[0] <= now - self.window:
+                times.popleft()
+            if not times:
+                self.failures.pop(key, None)
+                return 0
+            return max(1, int(times[0] + self.window - now + 0.999)) if len(times) >= self.limit else 0
+
+    def failed(self, key, now):
+        if self.limit <= 0:
+            return
+        with self.lock:
+            times = self.failures.pop(key, None) or collections.deque(maxlen=self.limit)
+            times.append(now)
+            self.failures[key] = times          # the most recent at the end
+            while len(self.failures) > self.max_keys:
+                self.failures.popitem(last=False)
+
+
+def peer_trusted(peer, trusted):
+    """Whether the TCP peer (the address uvicorn saw, never a forwarded header) is one of the
+    proxies of --sso-trust; an IPv4 peer on a dual-stack socket (::ffff:a.b.c.d) as its IPv4."""
+    if not peer:
+        return False
+    try:
+        addr = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return any(addr in net for net in trusted)
+
+
+ASCII_LOWER = str.maketrans('ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+
+
+def sso_role(value, how='exact', domain=None):
+    """The role name a header's value maps to, or None when it maps to none (docs/console.md):
+    exact: the value as it is; lower: its ASCII letters lower-cased; local-part: a value
+    LOCAL@DOMAIN whose DOMAIN is --sso-domain (ASCII case ignored), LOCAL lower-cased.  The name
+    must be 1 to 63 bytes (PostgreSQL would cut a longer one to another name) without control
+    characters."""
+    if how == 'lower':
+        value = value.translate(ASCII_LOWER)
+    elif how == 'local-part':
+        local, at, dom = value.partition('@')
+        if not at or '@' in dom or not domain or dom.translate(ASCII_LOWER) != domain.translate(ASCII_LOWER):
+            return None
+        value = local.translate(ASCII_LOWER)
+    elif how != 'exact':
+        raise ValueError(f'unknown --sso-map {how}')
+    if not value or len(value.encode('utf-8')) > 63 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return None
+    return value
 
 
 def _interval(v):
@@ -134,7 +220,12 @@ def create_app(settings):
     env.filters['ts'] = lambda t: t.strftime('%Y-%m-%d %H:%M:%S %Z') if t else ''
     env.filters['day'] = lambda t: t.strftime('%Y-%m-%d') if t else ''
     env.filters['q'] = lambda d: urllib.parse.urlencode({k: v for k, v in d.items() if v not in (None, '')})
+    env.globals['sso'] = bool(settings.sso_header)
     sessions = Sessions(settings)
+    by_address = Attempts(settings.sign_in_attempts, settings.sign_in_window)
+    by_role = Attempts(settings.sign_in_attempts, settings.sign_in_window)
+    # role names are counted by a keyed digest: a password typed into the role field is not kept
+    name_key = secrets.token_bytes(32)
 
     def page(request, name, status=200, session=None, **ctx):
         body = env.get_template(name).render(session=session, read_only=settings.read_only, path=request.url.path,
@@ -181,11 +272,65 @@ def create_app(settings):
         log.debug('the traceback', exc_info=e)
         return page(request, 'error.html', status, s, message='Something went wrong: nothing was done.')
 
+    def sso_identity(request):
+        """The single sign-on header's value, when a trusted proxy sent it once; else None (a
+        header from any other peer is ignored, and logged: without its value)."""
+        values = request.headers.getlist(settings.sso_header)
+        if not values:
+            return None
+        peer = request.client.host if request.client else None
+        if not peer_trusted(peer, settings.sso_trust):
+            log.warning('the single sign-on header %s from %s ignored: not a proxy of --sso-trust',
+                        settings.sso_header, peer)
+            return None
+        if len(values) > 1:
+            log.warning('single sign-on refused: the header %s came %d times', settings.sso_header, len(values))
+            return None
+        try:        # Starlette decodes header values as Latin-1; a proxy sends UTF-8
+            return values[0].encode('latin-1').decode('utf-8')
+        except UnicodeError:
+            log.warning('single sign-on refused: the header %s is not UTF-8', settings.sso_header)
+            return None
+
+    def not_signed_in(request):
+        return login_page(request, 401, 'You are not signed in: this console takes who you are from the '
+                                        'single sign-on in front of it, and it did not say, or named no '
+                                        'reviewer this console may serve.')
+
+    def open_conn(s):
+        if settings.sso_header:
+            return db.connect_as(settings.dsn, s.role, settings.sso_group)
+        return db.connect(settings.dsn, s.role, s.password)
+
     def signed_in(fn):
         async def handler(request):
-            s = sessions.get(request.cookies.get(COOKIE))
-            if s is None:
+            sid = request.cookies.get(COOKIE)
+            s = sessions.get(sid)
+            new_sid = None
+            if settings.sso_header:
+                who = sso_identity(request)
+                # a session is the header's identity's: another value (or none) ends it
+                if s is not None and s.sso != who:
+                    sessions.end(sid)
+                    s = None
+                if who is None:
+                    return not_signed_in(request)
+                if s is None:
+                    role = sso_role(who, settings.sso_map, settings.sso_domain)
+                    if role is None:
+                        log.warning('single sign-on refused: the header value maps to no role name (--sso-map)')
+                        return not_signed_in(request)
+                    new_sid = sid = sessions.new(role, None, sso=who)
+                    s = sessions.get(sid)
+            elif s is None:
                 return RedirectResponse('/login', status_code=303)
+            r = await route(request, sid, s)
+            if new_sid is not None and new_sid in sessions.by_id:
+                r.set_cookie(COOKIE, new_sid, httponly=True, samesite='strict', secure=settings.secure_cookies,
+                             path='/')
+            return r
+
+        async def route(request, sid, s):
             form = None
             if request.method == 'POST':
                 try:
@@ -198,16 +343,22 @@ def create_app(settings):
                         not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):
                     return page(request, 'error.html', 403, s, message='This form is not valid (expired or not from this console). Reload the page.')
             try:
-                conn = await run_in_threadpool(db.connect, settings.dsn, s.role, s.password)
-            except psycopg.OperationalError:
-                sessions.end(request.cookies.get(COOKIE))
+                conn = await run_in_threadpool(open_conn, s)
+            except db.NotChecked as e:      # single sign-on: not a role the console serves
+                sessions.end(sid)
+                log.warning('single sign-on refused: %s', e)
+                return not_signed_in(request)
+            except psycopg.OperationalError as e:
+                if settings.sso_header:
+                    return route_failed(request, fn, e, 503, None)
+                sessions.end(sid)
                 return RedirectResponse('/login', status_code=303)
             second = []
 
             def committed():
                 """A second connection, opened once per request, for what others committed."""
                 if not second:
-                    second.append(db.connect(settings.dsn, s.role, s.password))
+                    second.append(open_conn(s))
                 return second[0]
             request.state.committed = committed
             try:
@@ -238,11 +389,18 @@ def create_app(settings):
         if not (len(token) == 43 and token.isascii()):
             token = secrets.token_urlsafe(32)
         r = page(request, 'login.html', status, message=message, login_csrf=token)
+        if settings.sso_header:
+            return r
         r.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite='strict', secure=settings.secure_cookies,
                      path='/login')
         return r
 
     async def login(request):
+        if settings.sso_header:
+            # no password form: who signs in is the proxy's to say (a POST is not even read)
+            if request.method == 'GET' and sso_identity(request) is not None:
+                return RedirectResponse('/', status_code=303)
+            return not_signed_in(request)
         if request.method == 'GET':
             return login_page(request)
         try:
@@ -258,19 +416,34 @@ def create_app(settings):
         role, password = form.get('role', ''), form.get('password', '')
         if not role or not password:
             return login_page(request, 400, 'Give your role and its password.')
-        refused = login_page(request, 401, 'Sign-in failed: that role and password were not accepted.')
+        # too many failures from this address or for this role name: not even tried (each try
+        # is a connection, and a guess); the name counted as the server cuts it (63 bytes)
+        now = time.monotonic()
+        address = request.client.host if request.client else ''
+        name = hmac.new(name_key, role.encode('utf-8', 'replace')[:63], hashlib.sha256).digest()
+        wait = max(by_address.wait(address, now), by_role.wait(name, now))
+        if wait:
+            log.warning('sign-in refused without trying: %d failed sign-ins from %s or for the role name in %d '
+                        'minutes', settings.sign_in_attempts, address, settings.sign_in_window // 60)
+            r = login_page(request, 429, f'Too many failed sign-ins: try again in {(wait + 59) // 60} minute(s).')
+            r.headers['Retry-After'] = str(wait)
+            return r
+        def refused():
+            by_address.failed(address, now)
+            by_role.failed(name, now)
+            return login_page(request, 401, 'Sign-in failed: that role and password were not accepted.')
         if '\x00' in role or '\x00' in password:      # libpq would cut the name there
-            return refused
+            return refused()
         try:
             role = await run_in_threadpool(db.sign_in, settings.dsn, role, password)
         except psycopg.Error:
             log.info('sign-in refused for a role')   # never the name or the password
-            return refused
+            return refused()
         except db.NotChecked as e:
             # the same answer as a wrong password (no telling which roles exist); the operator's
             # log says why
             log.warning('sign-in refused for a role: %s', e)
-            return refused
+            return refused()
         sid = sessions.new(role, password)
         r = RedirectResponse('/', status_code=303)
         r.set_cookie(COOKIE, sid, httponly=True, samesite='strict', secure=settings.secure_cookies, path='/')

@@ -21,6 +21,7 @@ import hashlib
 import json
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 PAGE = 50
@@ -70,6 +71,65 @@ def sign_in(dsn, role, password):
         if row['rolsuper']:
             raise NotChecked('a superuser: the console refuses superusers (docs/console.md)')
         return row['role']
+
+
+# ---- single sign-on: the console's own role (the DSN's), SET ROLE to the person ----
+
+def _service_connect(dsn):
+    return psycopg.connect(dsn, application_name='idempo console', connect_timeout=10, autocommit=True,
+                           row_factory=dict_row)
+
+
+def service_check(dsn, group):
+    """The console's own role, when it may serve single sign-on; else NotChecked, saying why.
+    A superuser could become anyone (SET ROLE needs no grant); a CREATEROLE role could grant
+    itself any role; BYPASSRLS reads past row security."""
+    with _service_connect(dsn) as conn:
+        row = conn.execute('SELECT session_user AS role, r.rolsuper, r.rolcreaterole, r.rolbypassrls '
+                           'FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user').fetchone()
+        if row['rolsuper'] or row['rolcreaterole'] or row['rolbypassrls']:
+            raise NotChecked(f"the DSN's role {row['role']} is a superuser or has CREATEROLE or BYPASSRLS: "
+                             'the console serves single sign-on only as a role without them')
+        if conn.execute('SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s', (group,)).fetchone() is None:
+            raise NotChecked(f'the group role {group} of --sso-group does not exist')
+        return row['role']
+
+
+# the person's role, and whether it is a member of the reviewers' group
+PERSON = """SELECT r.rolsuper, r.rolcreaterole, r.rolbypassrls, r.rolname = session_user AS is_service,
+       r.rolname = g.rolname AS is_group, pg_catalog.pg_has_role(r.oid, g.oid, 'MEMBER') AS in_group
+    FROM pg_catalog.pg_roles AS r, pg_catalog.pg_roles AS g
+    WHERE r.rolname = %s AND g.rolname = %s"""
+
+
+def connect_as(dsn, person, group):
+    """A connection as the console's own role, then SET ROLE to the person's role, so that the
+    database sees them as the current role (grants, scope visibility, the actor idempo records).
+    NotChecked (the reason for the log) when the role is not one the console serves: it does
+    not exist, is not a member of the group, is the group or the console's own role, or is a
+    superuser or has CREATEROLE or BYPASSRLS.  Checked on every connection: a role taken out of
+    the group is refused from its next request on.  The connection is the request's own and is
+    closed at its end (never pooled): a person's role never carries over to another's request."""
+    conn = _service_connect(dsn)
+    try:
+        row = conn.execute(PERSON, (person, group)).fetchone()
+        if row is None:
+            raise NotChecked('no such role')
+        if row['is_service'] or row['is_group']:
+            raise NotChecked("the console's own role or the group itself, not a person's role")
+        if not row['in_group']:
+            raise NotChecked('the role is not a member of the --sso-group role')
+        if row['rolsuper'] or row['rolcreaterole'] or row['rolbypassrls']:
+            raise NotChecked('a superuser, or a role with CREATEROLE or BYPASSRLS: the console refuses them')
+        try:
+            conn.execute(sql.SQL('SET ROLE {}').format(sql.Identifier(person)))
+        except psycopg.errors.InsufficientPrivilege:
+            raise NotChecked("the console's own role may not SET ROLE to it: GRANT the person's role TO the "
+                             "console's role (docs/console.md)") from None
+        return conn
+    except BaseException:
+        conn.close()
+        raise
 
 
 def scopes(conn):

@@ -46,7 +46,7 @@ BASE = """<!doctype html>
   <form method="post" action="/logout">
     <input type="hidden" name="csrf" value="{{ session.csrf }}">
     <span>Signed in as <strong id="whoami">{{ session.role }}</strong>{% if read_only %} (read-only){% endif %}</span>
-    <button type="submit">Sign out</button>
+    {% if not sso %}<button type="submit">Sign out</button>{% endif %}
   </form>
   {% endif %}
 </header>
@@ -59,6 +59,10 @@ BASE = """<!doctype html>
 LOGIN = """{% extends "base.html" %}{% block title %}Sign in{% endblock %}{% block main %}
 <h1>Sign in</h1>
 {% if message %}<p class="message" role="alert">{{ message }}</p>{% endif %}
+{% if sso %}
+<p>This console signs you in through your organisation's single sign-on: open it through the
+address your administrator gave you.</p>
+{% else %}
 <p>Sign in with your own PostgreSQL role: what you see and decide is what that role may, and
 idempo records you as the reviewer.</p>
 <form method="post" action="/login">
@@ -69,6 +73,7 @@ idempo records you as the reviewer.</p>
   <input type="password" id="password" name="password" autocomplete="current-password" required>
   <p><button type="submit">Sign in</button></p>
 </form>
+{% endif %}
 {% endblock %}
 """
 
