@@ -28,9 +28,11 @@
 
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "executor/executor.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(idempo_may_review);
+PG_FUNCTION_INFO_V1(idempo_may_review_scope_row);
 PG_FUNCTION_INFO_V1(idempo_check_reviewer);
 
 /* The role of name, or InvalidOid: no such role. */
@@ -53,17 +55,28 @@ is_idempo_owner(Oid user)
 	return is_member_of_role(user, idempo_catalog()->owner);
 }
 
-/* May user review the scope's records?  A role named but missing: no (but the owner may). */
-bool
-idempo_scope_may_review(const IdempoScope *scope, Oid user)
+/*
+ * The rule, from the scope's two settings: name is the reviewers' role
+ * (reviewers_role_name()).  It reads no table, only the catalogs, so that a
+ * view can filter with it where the query runs on another node (Citus sends
+ * it to the workers with each shard's query).
+ */
+static bool
+may_review_as(const char *name, Oid user)
 {
-	const char *name = reviewers_role_name(scope);
 	Oid			role;
 
 	if (name == NULL || is_idempo_owner(user))
 		return true;
 	role = role_named(name);
 	return OidIsValid(role) && is_member_of_role(user, role);
+}
+
+/* May user review the scope's records?  A role named but missing: no (but the owner may). */
+bool
+idempo_scope_may_review(const IdempoScope *scope, Oid user)
+{
+	return may_review_as(reviewers_role_name(scope), user);
 }
 
 /* Refuses a caller who may not review the scope; what: the verb, for the message. */
@@ -146,6 +159,30 @@ idempo_may_review(PG_FUNCTION_ARGS)
 	result = scope != NULL && idempo_scope_may_review(scope, user);
 	idempo_spi_end(&session);
 	PG_RETURN_BOOL(result);
+}
+
+/* A name column of a row of idempo.scopes, or NULL. */
+static const char *
+row_name(HeapTupleHeader row, const char *column)
+{
+	bool		isnull;
+	Datum		d = GetAttributeByName(row, column, &isnull);
+
+	return isnull ? NULL : pstrdup(NameStr(*DatumGetName(d)));
+}
+
+/*
+ * idempo.may_review(s idempo.scopes) RETURNS boolean: the same answer from
+ * the scope's row, reading no table (see may_review_as()): the filter of the
+ * views a reviewer reads, which join idempo.scopes.
+ */
+Datum
+idempo_may_review_scope_row(PG_FUNCTION_ARGS)
+{
+	HeapTupleHeader row = PG_GETARG_HEAPTUPLEHEADER(0);
+	const char *review_role = row_name(row, "review_role");
+
+	PG_RETURN_BOOL(may_review_as(review_role ? review_role : row_name(row, "allowed_role"), GetUserId()));
 }
 
 /*

@@ -221,3 +221,11 @@ BEGIN
     RETURN idempo.managed_reviewer_name(check_reviewer.reviewer, idempo.managed_caller());
 END
 $$;
+
+-- managed-differs: security: runs idempo.managed_may_review(), which only idempo's owner may execute (the C function reads no table)
+CREATE FUNCTION idempo.may_review(s idempo.scopes) RETURNS boolean
+    LANGUAGE plpgsql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN idempo.managed_may_review(s, idempo.managed_caller());
+END
+$$;

@@ -19,6 +19,13 @@ CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
     LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION idempo.may_review(text) IS
     'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
+-- The same from the scope's row, reading no table: the views' filter (on Citus it runs on the
+-- workers, with each shard's query).
+CREATE FUNCTION idempo.may_review(s idempo.scopes) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempo_may_review_scope_row'
+    LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION idempo.may_review(idempo.scopes) IS
+    'May the current role review the records of this scope (idempo.may_review(scope text), from the row)?';
 
 -- For resolve_conflict() and release(), which run as the owner: refuses a caller who may not
 -- review the scope, and returns the name the decision records.
@@ -27,6 +34,8 @@ CREATE FUNCTION idempo.check_reviewer(scope text, key text, reviewer text, what 
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION idempo.may_review(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.may_review(text) TO PUBLIC;
+REVOKE ALL ON FUNCTION idempo.may_review(idempo.scopes) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.may_review(idempo.scopes) TO PUBLIC;
 REVOKE ALL ON FUNCTION idempo.check_reviewer(text, text, text, text) FROM PUBLIC;
 
 -- verify() names the attempt its lookup was made for and is refused for any other (a lookup made
@@ -78,7 +87,7 @@ FROM idempo.reviews r
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
 WHERE r.resolved_at IS NULL
-  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name))
+  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
 ORDER BY r.opened_at, r.id;
 
 CREATE OR REPLACE VIEW idempo.stats AS
@@ -128,7 +137,7 @@ FROM idempo.conflicts c
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
 WHERE c.resolved_at IS NULL
-  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name))
+  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
 ORDER BY c.first_detected_at, c.id;
 
 ------------------------------------------------------------------------------------------------
@@ -1028,7 +1037,7 @@ SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_see
        o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
        o.target_ref, o.error, o.params, o.attempt_base
 FROM idempo.operations o
-WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name));
+WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
 COMMENT ON VIEW idempo.reviewable_operations IS
     'The operations of the scopes the current role may review.';
 
@@ -1036,6 +1045,6 @@ CREATE VIEW idempo.reviewable_events WITH (security_barrier) AS
 SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
        e.action, e.actor
 FROM idempo.events e
-WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.name));
+WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
 COMMENT ON VIEW idempo.reviewable_events IS
     'The audit events of the scopes the current role may review.';
