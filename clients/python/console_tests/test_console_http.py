@@ -679,3 +679,36 @@ def test_the_role_name_is_limited_as_the_server_cuts_it(data, console, person):
     p = person(c, source='127.0.0.30')
     status, _, _, _ = p.post('/login', p.login_form(LONG, 'long-pw'))
     assert status == 429
+
+
+def activity_row(body, label):
+    """The (per-day counts, total, today) the overview's last-days table shows for one line."""
+    m = re.search(r'<th scope="row">' + re.escape(label) + r'</th>\s*<td><svg[^>]*aria-label="[^"]*: ([0-9, ]+)">'
+                  r'.*?</svg></td>\s*<td>(\d+)</td><td>(\d+)</td>', body, re.S)
+    assert m, f'no line {label!r} in the overview'
+    return [int(n) for n in m.group(1).split(', ')], int(m.group(2)), int(m.group(3))
+
+
+def test_the_overview_charts_the_last_days_of_the_scopes_one_reviews(data, console, person):
+    # billing (alice reviews it): 3 new keys, 1 replay, 1 conflict, 1 put in review, 1 resolved;
+    # the shop (bob's): 2 new keys, and a day three days ago of 4 more
+    for k in ('inv-1', 'inv-2', 'inv-3'):
+        data.sql("SELECT idempo.claim('billing.charge', %s, '{\"amount\": 1}', complete_on_commit => true)", (k,))
+    data.sql("""SELECT idempo.claim('billing.charge', 'inv-1', '{"amount": 1}')""")
+    data.sql("""SELECT idempo.claim('billing.charge', 'inv-1', '{"amount": 2}')""")
+    data.sql("SELECT idempo.request_review('billing.charge', 'inv-2', 'look')")
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-2', 'failed', note => 'refunded by hand')")
+    for k in ('order-1', 'order-2'):
+        data.sql("SELECT idempo.claim('shop.order', %s, complete_on_commit => true)", (k,))
+    data.sql("SET idempo.clock_offset = '-3 days'; SELECT idempo.claim('shop.order', k, complete_on_commit => true) "
+             "FROM unnest(ARRAY['old-1', 'old-2', 'old-3', 'old-4']) k")
+    c = console()
+    _, body, _, _ = person(c).sign_in('alice').get('/')
+    assert activity_row(body, 'claims that ran the action') == ([0] * 13 + [3], 3, 3)
+    assert activity_row(body, 'replays')[1:] == (1, 1)
+    assert activity_row(body, 'conflicts')[1:] == (1, 1)
+    assert activity_row(body, 'records into review')[1:] == (1, 1)
+    assert activity_row(body, 'verified, resolved or released')[1:] == (1, 1)
+    _, body, _, _ = person(c).sign_in('bob').get('/')
+    assert activity_row(body, 'claims that ran the action') == ([0] * 10 + [4, 0, 0, 2], 6, 2)
+    assert activity_row(body, 'conflicts')[1:] == (0, 0)
