@@ -28,11 +28,10 @@
 
 #include "miscadmin.h"
 #include "utils/acl.h"
-#include "executor/executor.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(idempo_may_review);
-PG_FUNCTION_INFO_V1(idempo_may_review_scope_row);
+PG_FUNCTION_INFO_V1(idempo_may_review_settings);
 PG_FUNCTION_INFO_V1(idempo_check_reviewer);
 
 /* The role of name, or InvalidOid: no such role. */
@@ -161,28 +160,22 @@ idempo_may_review(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(result);
 }
 
-/* A name column of a row of idempo.scopes, or NULL. */
-static const char *
-row_name(HeapTupleHeader row, const char *column)
-{
-	bool		isnull;
-	Datum		d = GetAttributeByName(row, column, &isnull);
-
-	return isnull ? NULL : pstrdup(NameStr(*DatumGetName(d)));
-}
-
 /*
- * idempo.may_review(s idempo.scopes) RETURNS boolean: the same answer from
- * the scope's row, reading no table (see may_review_as()): the filter of the
- * views a reviewer reads, which join idempo.scopes.
+ * idempo.may_review(review_role name, allowed_role name) RETURNS boolean: the
+ * same answer from a scope's two settings, reading no table (see
+ * may_review_as()): the filter of the views a reviewer reads, which join
+ * idempo.scopes.  Columns, not the row: on Citus the row would be a shard's.
  */
 Datum
-idempo_may_review_scope_row(PG_FUNCTION_ARGS)
+idempo_may_review_settings(PG_FUNCTION_ARGS)
 {
-	HeapTupleHeader row = PG_GETARG_HEAPTUPLEHEADER(0);
-	const char *review_role = row_name(row, "review_role");
+	const char *name = NULL;
 
-	PG_RETURN_BOOL(may_review_as(review_role ? review_role : row_name(row, "allowed_role"), GetUserId()));
+	if (!PG_ARGISNULL(0))
+		name = NameStr(*PG_GETARG_NAME(0));
+	else if (!PG_ARGISNULL(1))
+		name = NameStr(*PG_GETARG_NAME(1));
+	PG_RETURN_BOOL(may_review_as(name, GetUserId()));
 }
 
 /*

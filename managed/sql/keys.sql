@@ -223,9 +223,13 @@ END
 $$;
 
 -- managed-differs: security: runs idempo.managed_may_review(), which only idempo's owner may execute (the C function reads no table)
-CREATE FUNCTION idempo.may_review(s idempo.scopes) RETURNS boolean
-    LANGUAGE plpgsql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION idempo.may_review(review_role name, allowed_role name) RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s idempo.scopes;
 BEGIN
+    s.review_role := may_review.review_role;
+    s.allowed_role := may_review.allowed_role;
     RETURN idempo.managed_may_review(s, idempo.managed_caller());
 END
 $$;

@@ -19,13 +19,13 @@ CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
     LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION idempo.may_review(text) IS
     'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
--- The same from the scope's row, reading no table: the views' filter (on Citus it runs on the
--- workers, with each shard's query).
-CREATE FUNCTION idempo.may_review(s idempo.scopes) RETURNS boolean
-    AS 'MODULE_PATHNAME', 'idempo_may_review_scope_row'
-    LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
-COMMENT ON FUNCTION idempo.may_review(idempo.scopes) IS
-    'May the current role review the records of this scope (idempo.may_review(scope text), from the row)?';
+-- The same from a scope's two settings, reading no table: the views' filter (on Citus it runs on
+-- the workers, with each shard's query).
+CREATE FUNCTION idempo.may_review(review_role name, allowed_role name) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempo_may_review_settings'
+    LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION idempo.may_review(name, name) IS
+    'May the current role review the records of a scope with these review_role and allowed_role?';
 
 -- For resolve_conflict() and release(), which run as the owner: refuses a caller who may not
 -- review the scope, and returns the name the decision records.
@@ -34,8 +34,8 @@ CREATE FUNCTION idempo.check_reviewer(scope text, key text, reviewer text, what 
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION idempo.may_review(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.may_review(text) TO PUBLIC;
-REVOKE ALL ON FUNCTION idempo.may_review(idempo.scopes) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION idempo.may_review(idempo.scopes) TO PUBLIC;
+REVOKE ALL ON FUNCTION idempo.may_review(name, name) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.may_review(name, name) TO PUBLIC;
 REVOKE ALL ON FUNCTION idempo.check_reviewer(text, text, text, text) FROM PUBLIC;
 
 -- verify() names the attempt its lookup was made for and is refused for any other (a lookup made
@@ -78,7 +78,7 @@ CREATE UNIQUE INDEX conflicts_open_idx
 -- lie in the future of a session without it).
 ------------------------------------------------------------------------------------------------
 
-CREATE OR REPLACE VIEW idempo.review_queue WITH (security_barrier) AS
+CREATE OR REPLACE VIEW idempo.review_queue AS
 SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
        GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
        o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
@@ -87,7 +87,6 @@ FROM idempo.reviews r
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
 WHERE r.resolved_at IS NULL
-  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
 ORDER BY r.opened_at, r.id;
 
 CREATE OR REPLACE VIEW idempo.stats AS
@@ -125,7 +124,7 @@ LEFT JOIN ops ON ops.scope OPERATOR(pg_catalog.=) s.name
 LEFT JOIN revs ON revs.scope OPERATOR(pg_catalog.=) s.name
 LEFT JOIN cons ON cons.scope OPERATOR(pg_catalog.=) s.name;
 
-CREATE OR REPLACE VIEW idempo.conflict_queue WITH (security_barrier) AS
+CREATE OR REPLACE VIEW idempo.conflict_queue AS
 SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
        GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
        o.status AS stored_status, o.target_ref AS stored_target_ref,
@@ -137,7 +136,6 @@ FROM idempo.conflicts c
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
 WHERE c.resolved_at IS NULL
-  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
 ORDER BY c.first_detected_at, c.id;
 
 ------------------------------------------------------------------------------------------------
@@ -1037,7 +1035,7 @@ SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_see
        o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
        o.target_ref, o.error, o.params, o.attempt_base
 FROM idempo.operations o
-WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
+WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role));
 COMMENT ON VIEW idempo.reviewable_operations IS
     'The operations of the scopes the current role may review.';
 
@@ -1045,6 +1043,34 @@ CREATE VIEW idempo.reviewable_events WITH (security_barrier) AS
 SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
        e.action, e.actor
 FROM idempo.events e
-WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
+WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role));
 COMMENT ON VIEW idempo.reviewable_events IS
     'The audit events of the scopes the current role may review.';
+
+-- the queues show only the scopes the reading role reviews (after review_role exists)
+CREATE OR REPLACE VIEW idempo.review_queue WITH (security_barrier) AS
+SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
+       o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
+       r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
+FROM idempo.reviews r
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
+WHERE r.resolved_at IS NULL
+  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
+ORDER BY r.opened_at, r.id;
+
+CREATE OR REPLACE VIEW idempo.conflict_queue WITH (security_barrier) AS
+SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
+       o.status AS stored_status, o.target_ref AS stored_target_ref,
+       (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
+                   'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
+          FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
+       c.stored_params, c.incoming_params
+FROM idempo.conflicts c
+LEFT JOIN idempo.operations o
+       ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
+WHERE c.resolved_at IS NULL
+  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
+ORDER BY c.first_detected_at, c.id;

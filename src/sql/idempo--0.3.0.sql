@@ -887,13 +887,13 @@ CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
     LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION idempo.may_review(text) IS
     'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
--- The same from the scope's row, reading no table: the views' filter (on Citus it runs on the
--- workers, with each shard's query).
-CREATE FUNCTION idempo.may_review(s idempo.scopes) RETURNS boolean
-    AS 'MODULE_PATHNAME', 'idempo_may_review_scope_row'
-    LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
-COMMENT ON FUNCTION idempo.may_review(idempo.scopes) IS
-    'May the current role review the records of this scope (idempo.may_review(scope text), from the row)?';
+-- The same from a scope's two settings, reading no table: the views' filter (on Citus it runs on
+-- the workers, with each shard's query).
+CREATE FUNCTION idempo.may_review(review_role name, allowed_role name) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempo_may_review_settings'
+    LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION idempo.may_review(name, name) IS
+    'May the current role review the records of a scope with these review_role and allowed_role?';
 
 -- For resolve_conflict() and release(), which run as the owner: refuses a caller who may not
 -- review the scope, and returns the name the decision records.
@@ -916,7 +916,7 @@ FROM idempo.reviews r
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
 WHERE r.resolved_at IS NULL
-  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
+  AND r.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
 ORDER BY r.opened_at, r.id;
 
 -- Per scope: operations per status, open reviews and the oldest one's wait, open conflicts.
@@ -983,7 +983,7 @@ FROM idempo.conflicts c
 LEFT JOIN idempo.operations o
        ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
 WHERE c.resolved_at IS NULL
-  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s))
+  AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
 ORDER BY c.first_detected_at, c.id;
 
 -- A reviewer's window on the records: the operations and audit events of the scopes the
@@ -993,7 +993,7 @@ SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_see
        o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
        o.target_ref, o.error, o.params, o.attempt_base
 FROM idempo.operations o
-WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
+WHERE o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role));
 COMMENT ON VIEW idempo.reviewable_operations IS
     'The operations of the scopes the current role may review.';
 
@@ -1001,7 +1001,7 @@ CREATE VIEW idempo.reviewable_events WITH (security_barrier) AS
 SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
        e.action, e.actor
 FROM idempo.events e
-WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s));
+WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role));
 COMMENT ON VIEW idempo.reviewable_events IS
     'The audit events of the scopes the current role may review.';
 
@@ -1148,4 +1148,4 @@ GRANT EXECUTE ON FUNCTION idempo.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idempo.params_diff(jsonb, jsonb) TO PUBLIC;
 -- the filter of the views a reviewer reads, executed as the reader; it answers for them only
 GRANT EXECUTE ON FUNCTION idempo.may_review(text) TO PUBLIC;
-GRANT EXECUTE ON FUNCTION idempo.may_review(idempo.scopes) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idempo.may_review(name, name) TO PUBLIC;
