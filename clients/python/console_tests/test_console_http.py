@@ -712,3 +712,30 @@ def test_the_overview_charts_the_last_days_of_the_scopes_one_reviews(data, conso
     _, body, _, _ = person(c).sign_in('bob').get('/')
     assert activity_row(body, 'claims that ran the action') == ([0] * 10 + [4, 0, 0, 2], 6, 2)
     assert activity_row(body, 'conflicts')[1:] == (0, 0)
+
+
+def console_backends(data, role):
+    return data.one("SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND application_name = 'idempo console'",
+                    (role,))[0]
+
+
+def test_a_persons_connection_is_kept_between_pages_and_renewed(data, console, person):
+    c = console('--reconnect-seconds', '0.5')
+    alice = person(c).sign_in('alice')
+    for _ in range(5):
+        assert alice.get('/unknown')[0] == 200
+    # one connection serves her pages (opening one per page costs more than the page's queries)
+    assert console_backends(data, 'alice') == 1
+    # what PostgreSQL checks when a connection opens is checked again once the kept one is old
+    data.sql("ALTER ROLE alice NOLOGIN")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            status, _, _, url = alice.get('/unknown')
+            if url.endswith('/login'):
+                break
+            assert status == 200 and time.monotonic() < deadline, 'a revoked LOGIN still reads pages'
+            time.sleep(0.1)
+    finally:
+        data.sql("ALTER ROLE alice LOGIN")
+    assert console_backends(data, 'alice') == 0

@@ -19,6 +19,10 @@ MUTANTS = [
      "billing's counts on the overview (the database's views hide billing's records themselves)",
      'idempo/console/db.py', 'VISIBLE = "idempo.may_review(s.name)"', 'VISIBLE = "true"',
      'console_tests/test_console_http.py::test_a_role_sees_and_decides_nothing_of_other_scopes'),
+    ('console-conn-never-renewed', "a person's kept connection is never opened anew: a LOGIN revoked (a password "
+     "changed) keeps reading and deciding for as long as the session lives",
+     'idempo/console/app.py', 'time.monotonic() - s.conn_opened > settings.reconnect_seconds', 'False',
+     'console_tests/test_console_http.py::test_a_persons_connection_is_kept_between_pages_and_renewed'),
     ('console-stale-page-decided', 'a decision taken on a page that went stale is made on the record as it is now',
      'idempo/console/db.py', "            if rec['token'] != token:", "            if False:",
      'console_tests/test_console_http.py::test_a_stale_page_is_refused_and_shows_the_new_state'),

@@ -25,6 +25,10 @@ def main(argv=None):
                    help='failed password sign-ins allowed per client address and per role name in the window, '
                         'then 429 (default 10; 0: no limit)')
     p.add_argument('--sign-in-window', type=int, default=15, help='the window, in minutes (default 15)')
+    p.add_argument('--reconnect-seconds', type=float, default=60,
+                   help="a person's connection, kept between their pages, is opened anew after this many "
+                        'seconds (default 60): what PostgreSQL checks at a connection (the password, LOGIN, '
+                        'pg_hba.conf) is checked again that often')
     p.add_argument('--sso-header', metavar='NAME',
                    help='single sign-on: the header the authenticating proxy sets to the person (no password form)')
     p.add_argument('--sso-trust', metavar='ADDR[,ADDR]',
@@ -54,7 +58,7 @@ def main(argv=None):
                         max_seconds=a.session_hours * 3600, secure_cookies=a.https,
                         sso_header=a.sso_header, sso_trust=trust, sso_group=a.sso_group, sso_map=a.sso_map,
                         sso_domain=a.sso_domain, sign_in_attempts=a.sign_in_attempts,
-                        sign_in_window=a.sign_in_window * 60)
+                        sign_in_window=a.sign_in_window * 60, reconnect_seconds=max(a.reconnect_seconds, 0))
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s', stream=sys.stderr)
     if a.sso_header:
         import psycopg

@@ -52,6 +52,8 @@ class Settings:
     dsn: str
     read_only: bool = False
     idle_seconds: int = 1800
+    # a person's kept connection is opened anew after this long (take_conn)
+    reconnect_seconds: float = 60
     max_seconds: int = 8 * 3600
     secure_cookies: bool = False
     # single sign-on (docs/console.md): the header a proxy sets, the proxies' addresses (ip_network
@@ -78,6 +80,19 @@ class Session:
     flash: tuple = None
     # single sign-on: the header's value the session was opened for (another value ends it)
     sso: str = dataclasses.field(default=None, repr=False)
+    # the person's connection, kept between their requests (Sessions.conn_for): opening one per
+    # page costs more than the page's queries; used by one request at a time (conn_lock)
+    conn: object = dataclasses.field(default=None, repr=False)
+    conn_opened: float = 0.0
+    conn_lock: object = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def close_conn(self):
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
 
 
 class Sessions:
@@ -96,7 +111,7 @@ class Sessions:
             # the sessions nobody came back to are forgotten (with their passwords)
             for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
                         or now - s.started > self.settings.max_seconds]:
-                del self.by_id[old]
+                self._drop(old)
             self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now, sso=sso)
         return sid
 
@@ -109,14 +124,24 @@ class Sessions:
             if s is None:
                 return None
             if now - s.seen > self.settings.idle_seconds or now - s.started > self.settings.max_seconds:
-                del self.by_id[sid]
+                self._drop(sid)
                 return None
             s.seen = now
             return s
 
     def end(self, sid):
         with self.lock:
-            self.by_id.pop(sid, None)
+            self._drop(sid)
+
+    def _drop(self, sid):
+        """Forgets a session (self.lock held); its connection is closed now, or by the request
+        using it when that ends."""
+        s = self.by_id.pop(sid, None)
+        if s is not None and s.conn_lock.acquire(blocking=False):
+            try:
+                s.close_conn()
+            finally:
+                s.conn_lock.release()
 
 
 class Attempts:
@@ -302,6 +327,38 @@ def create_app(settings):
             return db.connect_as(settings.dsn, s.role, settings.sso_group)
         return db.connect(settings.dsn, s.role, s.password)
 
+    def take_conn(s):
+        """The session's connection for one request (the session's requests wait for each other):
+        the kept one while it is idle and younger than settings.reconnect_seconds, else a new one:
+        a password changed, a LOGIN revoked, a pg_hba.conf line changed (what PostgreSQL checks
+        when a connection opens) take effect that soon."""
+        s.conn_lock.acquire()
+        try:
+            c = s.conn
+            if c is None or c.closed or c.broken or time.monotonic() - s.conn_opened > settings.reconnect_seconds \
+                    or c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                s.close_conn()
+                s.conn = open_conn(s)
+                s.conn_opened = time.monotonic()
+            return s.conn
+        except BaseException:
+            s.conn_lock.release()
+            raise
+
+    def give_back_conn(s, sid, keep):
+        """After the request: the connection is kept for the session's next one only if the request
+        ended normally, it is idle, and the session still exists."""
+        try:
+            c = s.conn
+            if c is not None and keep and not c.closed and not c.broken and \
+                    c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and sid in sessions.by_id:
+                c.autocommit = True
+                c.isolation_level = None
+            else:
+                s.close_conn()
+        finally:
+            s.conn_lock.release()
+
     def signed_in(fn):
         async def handler(request):
             sid = request.cookies.get(COOKIE)
@@ -343,7 +400,7 @@ def create_app(settings):
                         not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):
                     return page(request, 'error.html', 403, s, message='This form is not valid (expired or not from this console). Reload the page.')
             try:
-                conn = await run_in_threadpool(open_conn, s)
+                conn = await run_in_threadpool(take_conn, s)
             except db.NotChecked as e:      # single sign-on: not a role the console serves
                 sessions.end(sid)
                 log.warning('single sign-on refused: %s', e)
@@ -361,8 +418,11 @@ def create_app(settings):
                     second.append(open_conn(s))
                 return second[0]
             request.state.committed = committed
+            keep = False
             try:
-                return await run_in_threadpool(fn, request, s, conn, form)
+                r = await run_in_threadpool(fn, request, s, conn, form)
+                keep = True
+                return r
             except psycopg.errors.InsufficientPrivilege as e:
                 return page(request, 'error.html', 403, s,
                             message=f'Your role may not read this: {e.diag.message_primary}. '
@@ -377,7 +437,7 @@ def create_app(settings):
             except Exception as e:
                 return route_failed(request, fn, e, 500, s)
             finally:
-                await run_in_threadpool(conn.close)
+                await run_in_threadpool(give_back_conn, s, sid, keep)
                 for c in second:
                     await run_in_threadpool(c.close)
         return handler

@@ -332,7 +332,10 @@ def decide(conn, person, scope_name, key, token, action, note, form, committed=N
     conn.autocommit = False
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     notices = []
-    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+
+    def notice(d):
+        notices.append(d.message_primary)
+    conn.add_notice_handler(notice)       # removed below: the connection serves the next pages
     try:
         with conn.transaction():
             rec = record(conn, scope_name, key)
@@ -357,6 +360,8 @@ def decide(conn, person, scope_name, key, token, action, note, form, committed=N
     finally:
         conn.rollback() if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE else None
         conn.autocommit = True
+        conn.isolation_level = None
+        conn.remove_notice_handler(notice)
     return done + (' ' + ' '.join(notices) if notices else '')
 
 
