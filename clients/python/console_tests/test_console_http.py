@@ -618,6 +618,25 @@ def test_select_all_needs_a_note_and_the_confirmation_and_is_the_sessions_own(da
     assert '2 record(s) resolved as failed' in text_of(body)
 
 
+def test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2', 'inv-3'])
+    data.unknown('signup.mail', ['carol@example.com'])
+    for scope, key in (('billing.charge', 'inv-1'), ('billing.charge', 'inv-2'), ('signup.mail', 'carol@example.com')):
+        data.sql('SELECT idempo.request_review(%s, %s, %s)', (scope, key, 'a person must look'))
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/reviews?reason=manual')
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '2 record(s) selected' in text_of(body) and 'reason manual' in text_of(body)
+    assert '1 record(s) of hash_keys scopes are not selected' in text_of(body)
+    status, body, _, _ = p.post('/bulk/run', dict(hidden_fields(body, 'all-form'), resolution='failed', note='declined',
+                                                  confirm='yes'))
+    assert '2 record(s) resolved as failed.' in text_of(run_to_the_end(p, body)[0])
+    assert data.sql("""SELECT key, resolution, resolved_by, note FROM idempo.reviews WHERE scope = 'billing.charge'
+                       ORDER BY key""") == [('inv-1', 'failed', 'alice', 'declined'), ('inv-2', 'failed', 'alice', 'declined')]
+    assert data.one("SELECT resolved_at FROM idempo.reviews WHERE scope = 'signup.mail'")[0] is None
+    assert data.status('billing.charge', 'inv-3') == 'unknown'
+
+
 def test_close_many_conflicts_at_once(data, console, person):
     data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', store_params => true,
                 audit => true, lease => '1 minute')""")

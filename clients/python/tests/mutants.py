@@ -50,6 +50,10 @@ MUTANTS = [
      "            for sc, k, token, cid in picks:     # a record's conflicts are closed together\n"
      "                items.setdefault((sc, k, db.record(conn, sc, k, history=False)['token']), []).append(cid)\n",
      'console_tests/test_console_http.py::test_close_many_conflicts_at_once'),
+    ('console-all-hash-keys-selected', 'a "select all" run selects records of hash_keys scopes, which resolve() takes only '
+     'with the key typed in clear: each is refused after the person confirmed a count that included it',
+     'idempo/console/db.py', "                rows = [r for r in rows if not r['hash_keys']]\n", "",
+     'console_tests/test_console_http.py::test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out'),
     ('console-read-only-decides', '--read-only hides the forms but a decision sent anyway is taken',
      'idempo/console/app.py', "        if settings.read_only:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
      "        if False:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",

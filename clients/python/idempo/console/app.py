@@ -457,7 +457,8 @@ def create_app(settings):
         args = {k: v for k, v in f.items() if k != 'after' and (k != 'reason' or kind == 'reviews')}
         items, count, more, left_out = db.select_all(conn, kind, args)
         if not items:
-            return page(request, 'error.html', 422, s, message='Nothing this filter matches can be decided many at once.')
+            return page(request, 'error.html', 422, s,
+                        message='Nothing this filter matches can be decided many at once.')
         run = Run(secrets.token_urlsafe(16), kind, args, items, count, more, left_out)
         with sessions.lock:
             while len(s.runs) >= MAX_RUNS:      # the oldest is forgotten (with what it selected)

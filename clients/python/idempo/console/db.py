@@ -169,27 +169,31 @@ def unknown(conn, scope=None, q=None, older_than=None, after=None, limit=PAGE + 
                         dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k, limit=limit)).fetchall()
 
 
+# (scope, key) pairs passed as two arrays, joined as p
+PAIRS = 'ROWS FROM (pg_catalog.unnest(%(scopes)s::text[]), pg_catalog.unnest(%(keys)s::text[])) AS p(scope, key)'
+
+
 def _states(conn, pairs):
     """The record, its open review and its open conflicts (what a state token is made of) of each
     (scope, key), read together: {(scope, key): (op, review, conflicts)} (visibility is the caller's)."""
     out = {p: (None, None, []) for p in pairs}
-    arrays = ([p[0] for p in pairs], [p[1] for p in pairs])
-    for op in conn.execute("""SELECT o.*, (o.status IN ('succeeded', 'failed') AND o.expires_at <= idempo.now()) AS remembered
-        FROM idempo.operations AS o JOIN ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[])) AS p(scope, key)
-          ON o.scope = p.scope AND o.key = p.key""", arrays).fetchall():
+    arrays = dict(scopes=[p[0] for p in pairs], keys=[p[1] for p in pairs])
+    for op in conn.execute(f"""SELECT o.*,
+               (o.status IN ('succeeded', 'failed') AND o.expires_at <= idempo.now()) AS remembered
+        FROM idempo.operations AS o JOIN {PAIRS} ON o.scope = p.scope AND o.key = p.key""", arrays).fetchall():
         k = (op['scope'], op['key'])
         out[k] = (op,) + out[k][1:]
-    for r in conn.execute("""SELECT r.scope AS _scope, r.key AS _key, r.id, r.reason, r.opened_at, r.waiting, r.detail,
+    for r in conn.execute(f"""SELECT r.scope AS _scope, r.key AS _key, r.id, r.reason, r.opened_at, r.waiting, r.detail,
                r.snapshot
-        FROM idempo.review_queue AS r JOIN ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[])) AS p(scope, key)
-          ON r.scope = p.scope AND r.key = p.key ORDER BY r.id""", arrays).fetchall():
+        FROM idempo.review_queue AS r JOIN {PAIRS} ON r.scope = p.scope AND r.key = p.key
+        ORDER BY r.id""", arrays).fetchall():
         k = (r.pop('_scope'), r.pop('_key'))
         if out[k][1] is None:
             out[k] = (out[k][0], r, out[k][2])
-    for c in conn.execute("""SELECT c.scope AS _scope, c.key AS _key, c.id, c.occurrences, c.first_detected_at,
+    for c in conn.execute(f"""SELECT c.scope AS _scope, c.key AS _key, c.id, c.occurrences, c.first_detected_at,
                c.last_detected_at, c.waiting, c.run_id, c.changed_fields, c.stored_params, c.incoming_params
-        FROM idempo.conflict_queue AS c JOIN ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[])) AS p(scope, key)
-          ON c.scope = p.scope AND c.key = p.key ORDER BY c.id""", arrays).fetchall():
+        FROM idempo.conflict_queue AS c JOIN {PAIRS} ON c.scope = p.scope AND c.key = p.key
+        ORDER BY c.id""", arrays).fetchall():
         out[(c.pop('_scope'), c.pop('_key'))][2].append(c)
     return out
 
@@ -257,14 +261,21 @@ def select_all(conn, kind, filters):
     match; left_out: records of hash_keys scopes, which resolve() takes only with the key typed
     in clear (conflicts are resolved by their id: none is left out)."""
     fetch = {'unknown': unknown, 'reviews': reviews, 'conflicts': conflicts}[kind]
-    rows = fetch(conn, **filters, after=None, limit=MAX_ALL + 1)
-    more = len(rows) > MAX_ALL
-    rows = rows[:MAX_ALL]
-    left_out = 0
-    if kind != 'conflicts':
-        left_out = sum(1 for r in rows if r['hash_keys'])
-        rows = [r for r in rows if not r['hash_keys']]
-    toks = tokens(conn, rows)
+    # the matches and their states from one snapshot: a record that changes in between is not
+    # selected in a state the filter did not match
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    try:
+        with conn.transaction():
+            rows = fetch(conn, **filters, after=None, limit=MAX_ALL + 1)
+            more = len(rows) > MAX_ALL
+            rows = rows[:MAX_ALL]
+            left_out = 0
+            if kind != 'conflicts':
+                left_out = sum(1 for r in rows if r['hash_keys'])
+                rows = [r for r in rows if not r['hash_keys']]
+            toks = tokens(conn, rows)
+    finally:
+        conn.isolation_level = None
     grouped = {}
     for r in rows:
         k = (r['scope'], r['key'])
@@ -349,6 +360,10 @@ def _clear_key(conn, rec, form):
     return clear
 
 
+def _resolve_conflict(conn, cid, resolution, person, note):
+    conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+
+
 def _call(conn, person, rec, action, note, form):
     op = rec['op']
     s = rec['scope']['name']
@@ -384,7 +399,7 @@ def _call(conn, person, rec, action, note, form):
         resolution = form.get('resolution')
         if resolution not in ('kept_stored', 'new_key', 'dismissed'):
             raise Refused('Choose: kept stored, new key or dismissed.')
-        conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+        _resolve_conflict(conn, cid, resolution, person, note)
         return f'Conflict {cid} resolved: {resolution}.'
     if action == 'resolve_conflicts':      # many at once: the conflicts of one record selected together
         ids = form.get('conflict_ids')
@@ -396,7 +411,7 @@ def _call(conn, person, rec, action, note, form):
         if resolution not in ('kept_stored', 'new_key', 'dismissed'):
             raise Refused('Choose: kept stored, new key or dismissed.')
         for cid in ids:
-            conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+            _resolve_conflict(conn, cid, resolution, person, note)
         return f"Conflict(s) {', '.join(map(str, ids))} resolved: {resolution}."
     if action == 'request_review':
         if op is None or rec['review'] is not None or op['status'] == 'in_review':
