@@ -573,9 +573,11 @@ def test_select_all_a_filter_matches_decides_only_what_was_selected(data, consol
     assert data.one("SELECT attempt FROM idempo.operations WHERE key = 'inv-008'")[0] == 2
     status, body, _, _ = p.post('/bulk/run', dict(start, resolution='not_executed', note='the provider was down',
                                                   confirm='yes'))
-    assert status == 200
+    assert status == 200 and '98 decided and 2 refused so far; 20 record(s) to go' in text_of(body)
+    # its button goes on as its refresh does (here a chunk that is the last one)
+    status, body, _, _ = p.post('/bulk/run', hidden_fields(body, 'continue-form'))
     body, progress = run_to_the_end(p, body)
-    assert progress and 'id="progress"' in progress[0] and 'Continue' in progress[0]
+    assert not progress
     assert '118 record(s) resolved as not_executed; 2 refused, not forced' in text_of(body)
     refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
     assert re.findall(r'>(inv-\d+)</a>', refused) == ['inv-007', 'inv-008'] and 'changed since you read it' in refused
@@ -635,6 +637,20 @@ def test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out(data, consol
                        ORDER BY key""") == [('inv-1', 'failed', 'alice', 'declined'), ('inv-2', 'failed', 'alice', 'declined')]
     assert data.one("SELECT resolved_at FROM idempo.reviews WHERE scope = 'signup.mail'")[0] is None
     assert data.status('billing.charge', 'inv-3') == 'unknown'
+
+
+def test_select_all_stops_at_ten_thousand(data, console, person):
+    with psycopg.connect(dbname=data.dbname, autocommit=True) as c:
+        c.execute("""SELECT idempo.claim('billing.charge', 'k-' || pg_catalog.lpad(g::text, 5, '0'))
+                     FROM pg_catalog.generate_series(1, 10001) AS g""")
+        c.execute("SET idempo.clock_offset = '10 minutes'")
+        c.execute('SELECT idempo.sweep(100000)')
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/unknown')
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '10000 record(s) selected: more than 10,000 match, the 10,000 oldest are selected' \
+        in text_of(body)
+    assert 'and 9980 more record(s)' in text_of(body)
 
 
 def test_close_many_conflicts_at_once(data, console, person):

@@ -54,6 +54,10 @@ MUTANTS = [
      'with the key typed in clear: each is refused after the person confirmed a count that included it',
      'idempo/console/db.py', "                rows = [r for r in rows if not r['hash_keys']]\n", "",
      'console_tests/test_console_http.py::test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out'),
+    ('console-all-unbounded', 'a "select all" run takes every record the filter matches, however many: the session '
+     'holds them all and the run never ends for the person',
+     'idempo/console/db.py', "            rows = rows[:MAX_ALL]\n", "",
+     'console_tests/test_console_http.py::test_select_all_stops_at_ten_thousand'),
     ('console-read-only-decides', '--read-only hides the forms but a decision sent anyway is taken',
      'idempo/console/app.py', "        if settings.read_only:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
      "        if False:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",

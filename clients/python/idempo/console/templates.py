@@ -371,7 +371,7 @@ Each is decided only if it is still in the state it was in when selected: the on
 <p role="status" id="progress">{{ run.decided|length }} decided and {{ run.refused|length }} refused so far; {{ run.items|length - run.position }} record(s) to go.</p>
 <p><progress max="{{ run.items|length }}" value="{{ run.position }}" aria-label="Records done">{{ run.position }} of {{ run.items|length }}</progress></p>
 <p class="muted">This page goes on by itself. If it stops, continue with the button: only the selection you confirmed is decided.</p>
-<form method="post" action="/bulk/run">
+<form method="post" action="/bulk/run" id="continue-form">
   <input type="hidden" name="csrf" value="{{ session.csrf }}">
   <input type="hidden" name="run" value="{{ run.id }}">
   <button type="submit" id="all-continue">Continue</button>
