@@ -146,6 +146,18 @@ class Data:
             time.sleep(0.05)
         return self.one('SELECT id FROM idempo.conflict_queue WHERE scope = %s AND key = %s', (scope, key))[0]
 
+    def conflict_again(self, scope, key, incoming):
+        """The conflicting request once more: its open conflict occurs again (the sweeper records it)."""
+        q = 'SELECT occurrences FROM idempo.conflict_queue WHERE scope = %s AND key = %s'
+        before = self.one(q, (scope, key))[0]
+        with admin(self.dbname) as c:
+            assert c.execute('SELECT outcome FROM idempo.claim(%s, %s, params => %s)',
+                             (scope, key, psycopg.types.json.Jsonb(incoming))).fetchone()[0] == 'conflict'
+        deadline = time.monotonic() + 60
+        while self.one(q, (scope, key))[0] == before:
+            assert time.monotonic() < deadline, 'the conflict was never recorded again'
+            time.sleep(0.05)
+
     def status(self, scope, key):
         row = self.one('SELECT status FROM idempo.operations WHERE scope = %s AND key = %s', (scope, key))
         return row and row[0]

@@ -18,6 +18,7 @@ webdriver = pytest.importorskip('selenium.webdriver', reason='python3-selenium i
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 AXE = os.environ.get('IDEMPO_CONSOLE_AXE', '')
 SHOTS = os.environ.get('IDEMPO_CONSOLE_SCREENSHOTS', '')
@@ -264,3 +265,34 @@ def test_decide_fifty_at_once_with_one_changed_meanwhile(data, console, browser)
     check_accessibility(d)
     assert data.status('billing.charge', 'inv-07') == 'failed'
     assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'retryable'")[0] == 49
+
+
+def test_decide_every_record_a_filter_matches(data, console, browser):
+    """Beyond the page: 120 records selected by their filter, counted and sampled, decided in
+    chunks (the progress page goes on by itself, no script); one changed meanwhile is reported, and
+    one that starts to match after the selection is left alone."""
+    data.unknown('billing.charge', [f'inv-{i:03}' for i in range(120)])
+    c = console()
+    d = browser()
+    sign_in(d, c, 'alice')
+    d.get(c.url + '/unknown?scope=billing.charge')      # the focus at the page's start: no click
+    tab_to(d, 'select-all').send_keys(Keys.ENTER)
+    assert d.find_element(By.ID, 'count').text.startswith('120 record(s) selected')
+    assert len(d.find_elements(By.CSS_SELECTOR, '#sample li')) == 21           # twenty, and "100 more"
+    check_accessibility(d)
+    shot(d, 'console-bulk-all.png')
+    # meanwhile carol decides one of them, and a new record starts to match
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-042', 'failed', 'carol', note => 'declined')", user='carol')
+    data.unknown('billing.charge', ['inv-new'])
+    choose(d, 'all-not_executed')
+    tab_to(d, 'all-note').send_keys('the provider was down: none of them reached it')
+    tab_to(d, 'all-confirm').send_keys(Keys.SPACE)
+    tab_to(d, 'all-decide').send_keys(Keys.ENTER)
+    # the progress pages follow one another (meta refresh) up to the result
+    WebDriverWait(d, 120).until(lambda drv: drv.find_elements(By.ID, 'done'))
+    assert '119 record(s) resolved as not_executed; 1 refused, not forced' in d.find_element(By.ID, 'done').text
+    refused = d.find_elements(By.CSS_SELECTOR, '#refused tbody tr')
+    assert len(refused) == 1 and 'inv-042' in refused[0].text and 'changed since you read it' in refused[0].text
+    check_accessibility(d)
+    assert data.status('billing.charge', 'inv-042') == 'failed' and data.status('billing.charge', 'inv-new') == 'unknown'
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'retryable'")[0] == 119

@@ -1,6 +1,7 @@
 """The console over HTTP, as a browser without JavaScript uses it: sign-in, sessions, CSRF,
 headers, what each person sees, deciding, and a decision on a page that went stale."""
 import html
+import json
 import re
 import threading
 import time
@@ -739,3 +740,176 @@ def test_a_persons_connection_is_kept_between_pages_and_renewed(data, console, p
     finally:
         data.sql("ALTER ROLE alice LOGIN")
     assert console_backends(data, 'alice') == 0
+
+
+# ---- every record a filter matches, beyond the page ----
+
+def hidden_fields(body, form_id):
+    """The hidden fields of the page's form with this id."""
+    form = re.search(rf'<form method="post" action="[^"]+" id="{form_id}">(.*?)</form>', body, re.S).group(1)
+    return {html.unescape(n): html.unescape(v)
+            for n, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form)}
+
+
+def run_to_the_end(p, body):
+    """Follows a run's progress pages (their refresh, as a browser does) to its last page; the
+    pages seen on the way."""
+    seen = []
+    for _ in range(200):
+        m = re.search(r'<meta http-equiv="refresh" content="0; url=([^"]+)">', body)
+        if not m:
+            return body, seen
+        seen.append(body)
+        status, body, _, _ = p.get(html.unescape(m.group(1)))
+        assert status == 200, text_of(body)[:300]
+    raise AssertionError('the run did not end')
+
+
+def test_select_all_a_filter_matches_decides_only_what_was_selected(data, console, person):
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', audit => true,
+                lease => '1 minute')""")
+    keys = [f'inv-{i:03}' for i in range(120)]
+    data.unknown('billing.charge', keys)
+    data.unknown('billing.refund', ['ref-1', 'ref-2'])          # another scope: the filter leaves them out
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/unknown?scope=billing.charge')
+    assert len(re.findall(r'name="pick"', page)) == 50          # a page shows 50; the filter matches 120
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '120 record(s) selected' in text_of(body) and 'At most 10,000' in text_of(body)
+    sample = re.findall(r'class="key" href="[^"]+">([^<]+)</a>', re.search(r'<ul id="sample">(.*?)</ul>', body, re.S).group(1))
+    assert sample == keys[:20] and 'and 100 more' in body
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE status = 'unknown'")[0] == 122   # nothing decided
+    start = hidden_fields(body, 'all-form')
+    # meanwhile: carol decides one; another is decided and in doubt again (it matches, in another
+    # state); a new record starts to match
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-007', 'failed', 'carol', note => 'declined')", user='carol')
+    data.sql("SELECT idempo.resolve('billing.charge', 'inv-008', 'not_executed', 'carol', note => 'retry')", user='carol')
+    data.unknown('billing.charge', ['inv-008', 'inv-new'])
+    assert data.one("SELECT attempt FROM idempo.operations WHERE key = 'inv-008'")[0] == 2
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='not_executed', note='the provider was down',
+                                                  confirm='yes'))
+    assert status == 200 and '98 decided and 2 refused so far; 20 record(s) to go' in text_of(body)
+    # its button goes on as its refresh does (here a chunk that is the last one)
+    status, body, _, _ = p.post('/bulk/run', hidden_fields(body, 'continue-form'))
+    body, progress = run_to_the_end(p, body)
+    assert not progress
+    assert '118 record(s) resolved as not_executed; 2 refused, not forced' in text_of(body)
+    refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
+    assert re.findall(r'>(inv-\d+)</a>', refused) == ['inv-007', 'inv-008'] and 'changed since you read it' in refused
+    assert data.status('billing.charge', 'inv-007') == 'failed'
+    assert data.one("SELECT status::text, attempt FROM idempo.operations WHERE key = 'inv-008'") == ('unknown', 2)
+    assert data.status('billing.charge', 'inv-new') == 'unknown'            # it matched only after the selection
+    assert [data.status('billing.refund', k) for k in ('ref-1', 'ref-2')] == ['unknown', 'unknown']
+    assert data.one("SELECT count(*) FROM idempo.operations WHERE scope = 'billing.charge' AND status = 'retryable'")[0] == 118
+    # each decision in its record's history, by alice
+    assert data.one("""SELECT count(DISTINCT key) FROM idempo.events WHERE action = 'resolve' AND actor = 'alice'
+                       AND to_status = 'retryable'""")[0] == 118
+    # the run is over: going back to it decides nothing more
+    status, again, _, _ = p.get('/bulk/run?run=' + urllib.parse.quote(start['run']))
+    assert '118 record(s) resolved' in text_of(again)
+    assert data.status('billing.charge', 'inv-new') == 'unknown'
+
+
+def test_select_all_needs_a_note_and_the_confirmation_and_is_the_sessions_own(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2'])
+    c = console()
+    p, carol = person(c).sign_in('alice'), person(c).sign_in('carol')
+    _, page, _, _ = p.get('/unknown')
+    _, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    start = hidden_fields(body, 'all-form')
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='failed', note=' ', confirm='yes'))
+    assert status == 422 and 'needs a note' in body
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='failed', note='n'))
+    assert status == 422 and 'confirmation' in body
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='succeeded', note='n', confirm='yes'))
+    assert status == 422
+    # another person's session does not know the run (it is kept in alice's session)
+    _, own, _, _ = carol.get('/unknown')
+    status, body, _, _ = carol.post('/bulk/run', dict(start, csrf=re.search(r'name="csrf" value="([^"]+)"', own).group(1),
+                                                      resolution='failed', note='n', confirm='yes'))
+    assert status == 404
+    status, body, _, _ = carol.get('/bulk/run?run=' + urllib.parse.quote(start['run']))
+    assert status == 404
+    assert [data.status('billing.charge', k) for k in ('inv-1', 'inv-2')] == ['unknown', 'unknown']
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='failed', note='n', confirm='yes'))
+    assert '2 record(s) resolved as failed' in text_of(body)
+
+
+def test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out(data, console, person):
+    data.unknown('billing.charge', ['inv-1', 'inv-2', 'inv-3'])
+    data.unknown('signup.mail', ['carol@example.com'])
+    for scope, key in (('billing.charge', 'inv-1'), ('billing.charge', 'inv-2'), ('signup.mail', 'carol@example.com')):
+        data.sql('SELECT idempo.request_review(%s, %s, %s)', (scope, key, 'a person must look'))
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/reviews?reason=manual')
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '2 record(s) selected' in text_of(body) and 'reason manual' in text_of(body)
+    assert '1 record(s) of hash_keys scopes are not selected' in text_of(body)
+    status, body, _, _ = p.post('/bulk/run', dict(hidden_fields(body, 'all-form'), resolution='failed', note='declined',
+                                                  confirm='yes'))
+    assert '2 record(s) resolved as failed.' in text_of(run_to_the_end(p, body)[0])
+    assert data.sql("""SELECT key, resolution, resolved_by, note FROM idempo.reviews WHERE scope = 'billing.charge'
+                       ORDER BY key""") == [('inv-1', 'failed', 'alice', 'declined'), ('inv-2', 'failed', 'alice', 'declined')]
+    assert data.one("SELECT resolved_at FROM idempo.reviews WHERE scope = 'signup.mail'")[0] is None
+    assert data.status('billing.charge', 'inv-3') == 'unknown'
+
+
+def test_select_all_stops_at_ten_thousand(data, console, person):
+    with psycopg.connect(dbname=data.dbname, autocommit=True) as c:
+        c.execute("""SELECT idempo.claim('billing.charge', 'k-' || pg_catalog.lpad(g::text, 5, '0'))
+                     FROM pg_catalog.generate_series(1, 10001) AS g""")
+        c.execute("SET idempo.clock_offset = '10 minutes'")
+        c.execute('SELECT idempo.sweep(100000)')
+    p = person(console()).sign_in('alice')
+    _, page, _, _ = p.get('/unknown')
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '10000 record(s) selected: more than 10,000 match, the 10,000 oldest are selected' \
+        in text_of(body)
+    assert 'and 9980 more record(s)' in text_of(body)
+
+
+def test_close_many_conflicts_at_once(data, console, person):
+    data.sql("""SELECT idempo.create_scope('billing.refund', allowed_role => 'console_billing_app', store_params => true,
+                audit => true, lease => '1 minute')""")
+    cids = {k: data.conflict('billing.charge', k, {'amount': 10}, {'amount': 12}) for k in ('c-1', 'c-2', 'c-3', 'c-4')}
+    other = data.conflict('billing.refund', 'r-1', {'amount': 1}, {'amount': 2})
+    c = console()
+    p = person(c).sign_in('alice')
+    # ticked on the page: one occurs again meanwhile
+    _, page, _, _ = p.get('/conflicts?scope=billing.charge')
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    picks = {json_key(v): v for v in (html.unescape(v) for v in re.findall(r'name="pick" id="pick-\d+" value=\'([^\']*)\'', page))}
+    assert sorted(picks) == ['c-1', 'c-2', 'c-3', 'c-4']
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'review', 'resolution': 'kept_stored',
+                                          'pick': [picks['c-1'], picks['c-2']]}, doseq=True)
+    assert status == 200 and '2 conflict(s) selected' in body
+    confirm = [html.unescape(v) for v in re.findall(r'name="pick" value=\'([^\']*)\'', body)]
+    data.conflict_again('billing.charge', 'c-2', {'amount': 12})
+    status, body, _, _ = p.post('/bulk', {'csrf': csrf, 'step': 'decide', 'resolution': 'kept_stored', 'note': 'stored stands',
+                                          'confirm': 'yes', 'pick': confirm}, doseq=True)
+    assert '1 conflict(s) resolved as kept_stored; 1 refused, not forced' in text_of(body), text_of(body)[:500]
+    refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
+    assert 'c-2' in refused and 'c-1' not in refused and 'changed since you read it' in refused
+    assert data.one('SELECT resolution, resolved_by, note FROM idempo.conflicts WHERE id = %s', (cids['c-1'],)) == \
+        ('kept_stored', 'alice', 'stored stands')
+    assert data.one('SELECT resolved_at FROM idempo.conflicts WHERE id = %s', (cids['c-2'],))[0] is None
+    # every conflict the filter matches: c-2, c-3, c-4; meanwhile carol closes c-3 and c-5 occurs
+    _, page, _, _ = p.get('/conflicts?scope=billing.charge')
+    status, body, _, _ = p.post('/bulk/all', hidden_fields(page, 'select-all-form'))
+    assert status == 200 and '3 conflict(s) selected' in text_of(body)
+    start = hidden_fields(body, 'all-form')
+    data.sql('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cids['c-3'], 'dismissed', 'carol', 'dup'), user='carol')
+    c5 = data.conflict('billing.charge', 'c-5', {'amount': 10}, {'amount': 12})
+    status, body, _, _ = p.post('/bulk/run', dict(start, resolution='dismissed', note='test traffic', confirm='yes'))
+    body, _ = run_to_the_end(p, body)
+    assert '2 conflict(s) resolved as dismissed; 1 refused, not forced' in text_of(body), text_of(body)[:500]
+    refused = re.search(r'<table id="refused">(.*?)</table>', body, re.S).group(1)
+    assert 'c-3' in refused and 'changed since you read it' in refused
+    assert data.sql('SELECT key, resolution, resolved_by FROM idempo.conflicts ORDER BY key') == [
+        ('c-1', 'kept_stored', 'alice'), ('c-2', 'dismissed', 'alice'), ('c-3', 'dismissed', 'carol'),
+        ('c-4', 'dismissed', 'alice'), ('c-5', None, None), ('r-1', None, None)]
+    assert c5 and other
+
+
+def json_key(pick):
+    return json.loads(pick)[1]

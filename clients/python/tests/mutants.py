@@ -33,6 +33,34 @@ MUTANTS = [
      'idempo/console/db.py', "            decide(conn, person, scope_name, key, token, 'resolve', note, {'resolution': resolution}, committed)",
      "            decide(conn, person, scope_name, key, (record(conn, scope_name, key) or {}).get('token', ''), 'resolve', note,\n                   {'resolution': resolution}, committed)",
      'console_tests/test_console_http.py::test_decide_fifty_at_once_with_one_changed_meanwhile'),
+    ('console-all-selected-again', 'a "select all" run takes the filter\'s matches again when the person confirms: records '
+     'that started to match after the count and sample were shown are decided, unseen',
+     'idempo/console/app.py', "            run.resolution, run.note = resolution, note\n",
+     "            run.resolution, run.note = resolution, note\n"
+     "            run.items = db.select_all(conn, run.kind, run.filters)[0]\n",
+     'console_tests/test_console_http.py::test_select_all_a_filter_matches_decides_only_what_was_selected '
+     'console_tests/test_console_http.py::test_close_many_conflicts_at_once'),
+    ('console-all-changed-decided', 'a "select all" run decides each record in the state it is in when its chunk '
+     'runs, not the one it was selected in: a record changed meanwhile is decided',
+     'idempo/console/app.py', "                    chunk = run.items[run.position:run.position + db.CHUNK]\n",
+     "                    chunk = [(sc, k, (db.record(conn, sc, k, history=False) or {}).get('token', ''), c)\n"
+     "                             for sc, k, _, c in run.items[run.position:run.position + db.CHUNK]]\n",
+     'console_tests/test_console_http.py::test_select_all_a_filter_matches_decides_only_what_was_selected '
+     'console_tests/test_console_http.py::test_close_many_conflicts_at_once'),
+    ('console-bulk-conflict-forced', 'closing ticked conflicts at once closes one that occurred again after it was ticked',
+     'idempo/console/app.py', "            for sc, k, token, cid in picks:     # a record's conflicts are closed together\n"
+     "                items.setdefault((sc, k, token), []).append(cid)\n",
+     "            for sc, k, token, cid in picks:     # a record's conflicts are closed together\n"
+     "                items.setdefault((sc, k, db.record(conn, sc, k, history=False)['token']), []).append(cid)\n",
+     'console_tests/test_console_http.py::test_close_many_conflicts_at_once'),
+    ('console-all-hash-keys-selected', 'a "select all" run selects records of hash_keys scopes, which resolve() takes only '
+     'with the key typed in clear: each is refused after the person confirmed a count that included it',
+     'idempo/console/db.py', "                rows = [r for r in rows if not r['hash_keys']]\n", "",
+     'console_tests/test_console_http.py::test_select_all_on_the_review_queue_leaves_hash_keys_scopes_out'),
+    ('console-all-unbounded', 'a "select all" run takes every record the filter matches, however many: the session '
+     'holds them all and the run never ends for the person',
+     'idempo/console/db.py', "            rows = rows[:MAX_ALL]\n", "",
+     'console_tests/test_console_http.py::test_select_all_stops_at_ten_thousand'),
     ('console-read-only-decides', '--read-only hides the forms but a decision sent anyway is taken',
      'idempo/console/app.py', "        if settings.read_only:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
      "        if False:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",

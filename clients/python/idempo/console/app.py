@@ -27,6 +27,11 @@ COOKIE = 'idempo_console'
 LOGIN_COOKIE = 'idempo_console_login'     # the sign-in form's token, before any session
 TITLES = {'reviews': 'Open reviews', 'conflicts': 'Open conflicts', 'unknown': 'Unknown operations'}
 MAX_FORM = 1024 * 1024
+# what many decisions at once may say (a success names its target_ref: one by one)
+RESOLUTIONS = {'records': ('not_executed', 'failed'), 'conflicts': ('kept_stored', 'new_key', 'dismissed')}
+RESOLUTIONS_NEEDED = {
+    'records': 'Many at once: not executed or failed (a success names its target_ref, one by one).',
+    'conflicts': 'Choose: kept stored, new key or dismissed.'}
 LOG_SAFE = "/!$&'()*+,;=:@"    # kept as they are in a logged path (with letters, digits, -._~)
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -80,11 +85,13 @@ class Session:
     flash: tuple = None
     # single sign-on: the header's value the session was opened for (another value ends it)
     sso: str = dataclasses.field(default=None, repr=False)
-    # the person's connection, kept between their requests (Sessions.conn_for): opening one per
+    # the person's connection, kept between their requests (take_conn): opening one per
     # page costs more than the page's queries; used by one request at a time (conn_lock)
     conn: object = dataclasses.field(default=None, repr=False)
     conn_opened: float = 0.0
     conn_lock: object = dataclasses.field(default_factory=threading.Lock, repr=False)
+    # the "select all" runs of this session, by id (at most MAX_RUNS, each at most db.MAX_ALL records)
+    runs: dict = dataclasses.field(default_factory=dict)
 
     def close_conn(self):
         conn, self.conn = self.conn, None
@@ -93,6 +100,28 @@ class Session:
                 conn.close()
             except Exception:
                 pass
+
+
+MAX_RUNS = 3
+
+
+@dataclasses.dataclass
+class Run:
+    """A "select all" run, kept in its session: what the filter matched when the person selected
+    (each record with the state it was selected in), then decided chunk by chunk, a request each."""
+    id: str
+    kind: str
+    filters: dict               # the queue's filter (shown; the selection is not taken again)
+    items: list                 # (scope, key, token, conflict ids), fixed at selection
+    count: int
+    more: bool
+    left_out: int
+    resolution: str = None
+    note: str = None            # set when the person confirms: the run starts
+    position: int = 0           # items decided (or refused) so far
+    decided: list = dataclasses.field(default_factory=list)
+    refused: list = dataclasses.field(default_factory=list)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
 
 class Sessions:
@@ -517,13 +546,15 @@ def create_app(settings):
         r.delete_cookie(COOKIE, path='/')
         return r
 
-    def filters(request):
-        p = request.query_params
+    def filters(request, p=None, kind=None):
+        """A queue's filter: from the page's link, or (p, kind) from a posted form."""
+        if p is None:
+            p, kind = request.query_params, request.url.path.lstrip('/')
         age = p.get('older_than', '')
         if age and not (age.isascii() and age.isdigit()):      # '²' is a digit to str.isdigit()
             raise db.BadInput('the age is a number of minutes')
         after = p.get('after') or None
-        db.after_position(after, 3 if request.url.path == '/unknown' else 2)     # checked here: 400
+        db.after_position(after, 3 if kind == 'unknown' else 2)     # checked here: 400
         return dict(scope=p.get('scope') or None, reason=p.get('reason') or None, q=p.get('q') or None,
                     older_than=min(int(age), 10 ** 7) if age else None,   # minutes: 19 years at most
                     after=after)
@@ -549,12 +580,12 @@ def create_app(settings):
             rows = rows[:db.PAGE]
             nxt = dict(f, after=after_of(rows[-1])) if more else None
             # rows decided many at once carry the state they were shown in (not hash_keys rows:
-            # resolve() needs their key in clear, typed on the record's page)
-            picks = db.tokens(conn, [r for r in rows if not r['hash_keys']]) \
-                if kind != 'conflicts' and not settings.read_only else {}
+            # resolve() needs their key in clear, typed on the record's page; a conflict is
+            # resolved by its id)
+            picks = db.tokens(conn, [r for r in rows if kind == 'conflicts' or not r['hash_keys']]) \
+                if not settings.read_only else {}
             return page(request, 'queue.html', session=s, kind=kind, rows=rows, f=f, next=nxt, title=TITLES[kind],
-                        picks=picks,
-                        scopes=db.scopes(conn))
+                        picks=picks, max_all=db.MAX_ALL, scopes=db.scopes(conn))
         return handler
 
     def record_page(request, s, conn, rec, message=None, status=200, done=None):
@@ -604,34 +635,115 @@ def create_app(settings):
 
     @signed_in
     def bulk(request, s, conn, form):
-        """Many records resolved at once: the selection is shown (count and sample) with one note
-        and a confirmation; each is then decided only if still in the state it was picked in."""
+        """Many records (or conflicts) decided at once: the selection is shown (count and sample) with
+        one note and a confirmation; each is then decided only if still in the state it was picked in."""
         if settings.read_only:
             return page(request, 'error.html', 403, s, message='This console is read-only.')
         picks = []
         for v in form.getall('pick'):
             try:
-                scope_name, key, token = json.loads(v)
-            except (ValueError, TypeError):
+                p = json.loads(v)
+            except ValueError:
                 continue
-            if all(isinstance(x, str) for x in (scope_name, key, token)):
-                picks.append((scope_name, key, token))
+            # a record: [scope, key, token]; a conflict: [scope, key, token, id]
+            if isinstance(p, list) and len(p) in (3, 4) and all(isinstance(x, str) for x in p[:3]) \
+                    and (len(p) == 3 or type(p[3]) is int):
+                picks.append(tuple(p))
+        kind = 'conflicts' if picks and len(picks[0]) == 4 else 'records'
         resolution = form.get('resolution')
         if not picks:
             return page(request, 'error.html', 422, s, message='Select the records to decide.')
-        if resolution not in ('not_executed', 'failed'):
-            return page(request, 'error.html', 422, s,
-                        message='Many at once: not executed or failed (a success names its target_ref, one by one).')
+        if any(len(p) != len(picks[0]) for p in picks):
+            return page(request, 'error.html', 422, s, message='Select records or conflicts, not both.')
+        if resolution not in RESOLUTIONS[kind]:
+            return page(request, 'error.html', 422, s, message=RESOLUTIONS_NEEDED[kind])
         note = (form.get('note') or '').strip()
         if form.get('step') != 'decide' or not note or form.get('confirm') != 'yes':
             problem = None if form.get('step') != 'decide' else (
                 'A decision needs a note: say why.' if not note else 'Tick the confirmation to decide.')
-            return page(request, 'bulk.html', 200 if problem is None else 422, s, picks=picks,
+            return page(request, 'bulk.html', 200 if problem is None else 422, s, picks=picks, kind=kind,
                         resolution=resolution, message=problem, result=None)
-        decided, refused = db.decide_many(conn, s.role, picks, resolution, note, request.state.committed)
-        log.info('decision resolve on %d records by one person (%d refused)', len(decided), len(refused))
-        return page(request, 'bulk.html', session=s, picks=picks, resolution=resolution, message=None,
+        if kind == 'records':
+            decided, refused = db.decide_many(conn, s.role, picks, resolution, note, request.state.committed)
+            refused = [(sc, k, None, why) for sc, k, why in refused]
+        else:
+            items = {}
+            for sc, k, token, cid in picks:     # a record's conflicts are closed together
+                items.setdefault((sc, k, token), []).append(cid)
+            decided, refused = db.decide_items(conn, s.role, [(*i, tuple(c)) for i, c in items.items()], resolution,
+                                               note, request.state.committed)
+        log.info('decision %s on %d %s by one person (%d refused)', 'resolve' if kind == 'records' else
+                 'resolve_conflict', len(decided), kind, len(refused))
+        return page(request, 'bulk.html', session=s, picks=picks, kind=kind, resolution=resolution, message=None,
                     result=dict(decided=decided, refused=refused))
+
+    def run_page(request, s, run, status=200, message=None):
+        return page(request, 'run.html', status, s, run=run, message=message, max_all=db.MAX_ALL, TITLES=TITLES,
+                    resolutions=RESOLUTIONS['conflicts' if run.kind == 'conflicts' else 'records'])
+
+    @signed_in
+    def bulk_all(request, s, conn, form):
+        """Select every record a queue's filter matches (not only the page): the records and the
+        state each is in are kept in the session (the page carries only the run's id); the count
+        and a sample are shown, with one note and a confirmation to ask for."""
+        if settings.read_only:
+            return page(request, 'error.html', 403, s, message='This console is read-only.')
+        kind = form.get('kind')
+        if kind not in TITLES:
+            raise db.BadInput('which queue?')
+        f = filters(request, form, kind)
+        args = {k: v for k, v in f.items() if k != 'after' and (k != 'reason' or kind == 'reviews')}
+        items, count, more, left_out = db.select_all(conn, kind, args)
+        if not items:
+            return page(request, 'error.html', 422, s,
+                        message='Nothing this filter matches can be decided many at once.')
+        run = Run(secrets.token_urlsafe(16), kind, args, items, count, more, left_out)
+        with sessions.lock:
+            while len(s.runs) >= MAX_RUNS:      # the oldest is forgotten (with what it selected)
+                del s.runs[next(iter(s.runs))]
+            s.runs[run.id] = run
+        return run_page(request, s, run)
+
+    @signed_in
+    def bulk_run(request, s, conn, form):
+        """A run: started by the confirmation (POST), then one chunk per request (the progress page
+        asks for the next by itself, or with its button) until every selected record is decided
+        or refused.  A GET only continues a run this session's person confirmed."""
+        if settings.read_only:
+            return page(request, 'error.html', 403, s, message='This console is read-only.')
+        run = s.runs.get((form or request.query_params).get('run', ''))
+        if run is None:
+            return page(request, 'error.html', 404, s,
+                        message='This selection is not (or no longer) kept: select again from the queue.')
+        if form is not None and form.get('step') == 'start' and run.note is None:
+            note = (form.get('note') or '').strip()
+            resolution = form.get('resolution')
+            kind = 'conflicts' if run.kind == 'conflicts' else 'records'
+            if resolution not in RESOLUTIONS[kind]:
+                return run_page(request, s, run, 422, RESOLUTIONS_NEEDED[kind])
+            if not note:
+                return run_page(request, s, run, 422, 'A decision needs a note: say why.')
+            if form.get('confirm') != 'yes':
+                return run_page(request, s, run, 422, 'Tick the confirmation to decide.')
+            run.resolution, run.note = resolution, note
+        if run.note is None:
+            return run_page(request, s, run)
+        # one request decides a chunk at a time: another one meanwhile (a second tab) shows progress
+        if run.lock.acquire(blocking=False):
+            try:
+                if run.position < len(run.items):
+                    chunk = run.items[run.position:run.position + db.CHUNK]
+                    decided, refused = db.decide_items(conn, s.role, chunk, run.resolution, run.note,
+                                                       request.state.committed)
+                    run.position += len(chunk)
+                    run.decided += decided
+                    run.refused += refused
+                    log.info('decision %s on %d %s by one person (%d refused; run at %d of %d)',
+                             'resolve_conflict' if run.kind == 'conflicts' else 'resolve', len(decided), run.kind,
+                             len(refused), run.position, len(run.items))
+            finally:
+                run.lock.release()
+        return run_page(request, s, run)
 
     @signed_in
     def scope_page(request, s, conn, form):
@@ -651,7 +763,8 @@ def create_app(settings):
         Route('/unknown', queue('unknown', db.unknown,
                                 lambda r: f"{r['last_attempt_at'].isoformat()}|{r['scope']}|{r['key']}")),
         Route('/record', record), Route('/decide', decide, methods=['POST']),
-        Route('/bulk', bulk, methods=['POST']),
+        Route('/bulk', bulk, methods=['POST']), Route('/bulk/all', bulk_all, methods=['POST']),
+        Route('/bulk/run', bulk_run, methods=['GET', 'POST']),
         Route('/scopes/{name:path}', scope_page), Route('/console.css', css),
     ]
     app = Starlette(routes=routes)

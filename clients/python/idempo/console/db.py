@@ -225,7 +225,7 @@ def _age(minutes):
     return datetime.timedelta(minutes=minutes) if minutes else None
 
 
-def reviews(conn, scope=None, reason=None, q=None, older_than=None, after=None):
+def reviews(conn, scope=None, reason=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, i = _after(after, 2)
     return conn.execute(f"""SELECT x.id, x.scope, x.key, x.reason, x.opened_at, x.waiting, x.status, x.attempt,
                x.detail, s.hash_keys
@@ -234,11 +234,11 @@ def reviews(conn, scope=None, reason=None, q=None, older_than=None, after=None):
           AND (%(reason)s::text IS NULL OR x.reason = %(reason)s) AND {KEY_MATCH}
           AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
           AND (%(t)s::timestamptz IS NULL OR (x.opened_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
-        ORDER BY x.opened_at, x.id LIMIT {PAGE + 1}""",
-                        dict(scope=scope, reason=reason, q=q, age=_age(older_than), t=t, i=i)).fetchall()
+        ORDER BY x.opened_at, x.id LIMIT %(limit)s""",
+                        dict(scope=scope, reason=reason, q=q, age=_age(older_than), t=t, i=i, limit=limit)).fetchall()
 
 
-def conflicts(conn, scope=None, q=None, older_than=None, after=None):
+def conflicts(conn, scope=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, i = _after(after, 2)
     return conn.execute(f"""SELECT x.id, x.scope, x.key, x.occurrences, x.first_detected_at, x.waiting,
                x.stored_status, x.changed_fields, s.hash_keys
@@ -246,11 +246,11 @@ def conflicts(conn, scope=None, q=None, older_than=None, after=None):
         WHERE {VISIBLE} AND (%(scope)s::text IS NULL OR x.scope = %(scope)s) AND {KEY_MATCH}
           AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
           AND (%(t)s::timestamptz IS NULL OR (x.first_detected_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
-        ORDER BY x.first_detected_at, x.id LIMIT {PAGE + 1}""",
-                        dict(scope=scope, q=q, age=_age(older_than), t=t, i=i)).fetchall()
+        ORDER BY x.first_detected_at, x.id LIMIT %(limit)s""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, i=i, limit=limit)).fetchall()
 
 
-def unknown(conn, scope=None, q=None, older_than=None, after=None):
+def unknown(conn, scope=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, sc, k = _after(after, 3)
     return conn.execute(f"""SELECT x.scope, x.key, x.attempt, x.last_attempt_at,
                GREATEST(idempo.now() - x.last_attempt_at, '0'::interval) AS waiting, s.hash_keys
@@ -259,8 +259,37 @@ def unknown(conn, scope=None, q=None, older_than=None, after=None):
           AND {KEY_MATCH} AND (%(age)s::interval IS NULL OR idempo.now() - x.last_attempt_at >= %(age)s)
           AND (%(t)s::timestamptz IS NULL
                OR (x.last_attempt_at, x.scope, x.key) > (%(t)s::timestamptz, %(sc)s::text, %(k)s::text))
-        ORDER BY x.last_attempt_at, x.scope, x.key LIMIT {PAGE + 1}""",
-                        dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k)).fetchall()
+        ORDER BY x.last_attempt_at, x.scope, x.key LIMIT %(limit)s""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k, limit=limit)).fetchall()
+
+
+# (scope, key) pairs passed as two arrays, joined as p
+PAIRS = 'ROWS FROM (pg_catalog.unnest(%(scopes)s::text[]), pg_catalog.unnest(%(keys)s::text[])) AS p(scope, key)'
+
+
+def _states(conn, pairs):
+    """The record, its open review and its open conflicts (what a state token is made of) of each
+    (scope, key), read together: {(scope, key): (op, review, conflicts)} (visibility is the caller's)."""
+    out = {p: (None, None, []) for p in pairs}
+    arrays = dict(scopes=[p[0] for p in pairs], keys=[p[1] for p in pairs])
+    for op in conn.execute(f"""SELECT o.*,
+               (o.status IN ('succeeded', 'failed') AND o.expires_at <= idempo.now()) AS remembered
+        FROM idempo.reviewable_operations AS o JOIN {PAIRS} ON o.scope = p.scope AND o.key = p.key""", arrays).fetchall():
+        k = (op['scope'], op['key'])
+        out[k] = (op,) + out[k][1:]
+    for r in conn.execute(f"""SELECT r.scope AS _scope, r.key AS _key, r.id, r.reason, r.opened_at, r.waiting, r.detail,
+               r.snapshot
+        FROM idempo.review_queue AS r JOIN {PAIRS} ON r.scope = p.scope AND r.key = p.key
+        ORDER BY r.id""", arrays).fetchall():
+        k = (r.pop('_scope'), r.pop('_key'))
+        if out[k][1] is None:
+            out[k] = (out[k][0], r, out[k][2])
+    for c in conn.execute(f"""SELECT c.scope AS _scope, c.key AS _key, c.id, c.occurrences, c.first_detected_at,
+               c.last_detected_at, c.waiting, c.run_id, c.changed_fields, c.stored_params, c.incoming_params
+        FROM idempo.conflict_queue AS c JOIN {PAIRS} ON c.scope = p.scope AND c.key = p.key
+        ORDER BY c.id""", arrays).fetchall():
+        out[(c.pop('_scope'), c.pop('_key'))][2].append(c)
+    return out
 
 
 def record(conn, scope_name, key, history=True):
@@ -268,13 +297,7 @@ def record(conn, scope_name, key, history=True):
     s = scope(conn, scope_name)
     if s is None:
         return None
-    op = conn.execute("""SELECT *, (status IN ('succeeded', 'failed') AND expires_at <= idempo.now()) AS remembered
-        FROM idempo.reviewable_operations WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
-    review = conn.execute("""SELECT id, reason, opened_at, waiting, detail, snapshot FROM idempo.review_queue
-        WHERE scope = %s AND key = %s""", (scope_name, key)).fetchone()
-    conflicts_ = conn.execute("""SELECT id, occurrences, first_detected_at, last_detected_at, waiting, run_id,
-               changed_fields, stored_params, incoming_params FROM idempo.conflict_queue
-        WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
+    op, review, conflicts_ = _states(conn, [(scope_name, key)])[(scope_name, key)]
     if op is None and review is None and not conflicts_:
         return None
     events = None
@@ -296,12 +319,14 @@ class _NoHistory(Exception):
 
 
 def tokens(conn, rows):
-    """The state token of each row of a queue page (what a decision on many is checked against)."""
+    """The state token of each row of a queue (what a decision on many is checked against); the
+    rows come from the queues' queries, which show only the scopes the person may see."""
     out = {}
-    for r in rows:
-        rec = record(conn, r['scope'], r['key'], history=False)
-        if rec is not None:
-            out[(r['scope'], r['key'])] = rec['token']
+    pairs = list(dict.fromkeys((r['scope'], r['key']) for r in rows))
+    for i in range(0, len(pairs), 1000):
+        for k, (op, review, conflicts_) in _states(conn, pairs[i:i + 1000]).items():
+            if op is not None or review is not None or conflicts_:
+                out[k] = state_token(op, review, conflicts_)
     return out
 
 
@@ -315,6 +340,62 @@ def decide_many(conn, person, picks, resolution, note, committed=None):
             decided.append((scope_name, key))
         except Refused as e:
             refused.append((scope_name, key, str(e)))
+    return decided, refused
+
+
+MAX_ALL = 10000     # records (conflicts) one "select all" run decides at most
+CHUNK = 100         # decided per request of a run: each request's work stays short
+
+
+def select_all(conn, kind, filters):
+    """Every record a queue's filter matches, not only a page (conflicts, for the conflict queue),
+    oldest first, at most MAX_ALL, with the state each is selected in.  Returns (items, count,
+    more, left_out): items (scope, key, token, conflict ids: () for a record) in the queue's
+    order, one per record; count: the records (conflicts) selected; more: more than MAX_ALL
+    match; left_out: records of hash_keys scopes, which resolve() takes only with the key typed
+    in clear (conflicts are resolved by their id: none is left out)."""
+    fetch = {'unknown': unknown, 'reviews': reviews, 'conflicts': conflicts}[kind]
+    # the matches and their states from one snapshot: a record that changes in between is not
+    # selected in a state the filter did not match
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    try:
+        with conn.transaction():
+            rows = fetch(conn, **filters, after=None, limit=MAX_ALL + 1)
+            more = len(rows) > MAX_ALL
+            rows = rows[:MAX_ALL]
+            left_out = 0
+            if kind != 'conflicts':
+                left_out = sum(1 for r in rows if r['hash_keys'])
+                rows = [r for r in rows if not r['hash_keys']]
+            toks = tokens(conn, rows)
+    finally:
+        conn.isolation_level = None
+    grouped = {}
+    for r in rows:
+        k = (r['scope'], r['key'])
+        if k in toks:
+            grouped.setdefault(k, []).extend([r['id']] if kind == 'conflicts' else [])
+    items = [(sc, k, toks[(sc, k)], tuple(cids)) for (sc, k), cids in grouped.items()]
+    return items, sum(len(i[3]) or 1 for i in items), more, left_out
+
+
+def decide_items(conn, person, items, resolution, note, committed=None):
+    """A chunk of many decisions: items (scope, key, token, conflict ids).  Each record is decided in
+    a transaction of its own, only if it is still in the state it was selected in: resolve() for a
+    record, resolve_conflict() for each of its conflicts (together: closing one changes the
+    record's state).  Returns (decided, refused): (scope, key, conflict id or None) and
+    (scope, key, conflict id or None, why)."""
+    decided, refused = [], []
+    for scope_name, key, token, cids in items:
+        if cids:
+            action, form = 'resolve_conflicts', {'resolution': resolution, 'conflict_ids': list(cids)}
+        else:
+            action, form = 'resolve', {'resolution': resolution}
+        try:
+            decide(conn, person, scope_name, key, token, action, note, form, committed)
+            decided += [(scope_name, key, c) for c in cids or (None,)]
+        except Refused as e:
+            refused += [(scope_name, key, c, str(e)) for c in cids or (None,)]
     return decided, refused
 
 
@@ -378,6 +459,10 @@ def _clear_key(conn, rec, form):
     return clear
 
 
+def _resolve_conflict(conn, cid, resolution, person, note):
+    conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+
+
 def _call(conn, person, rec, action, note, form):
     op = rec['op']
     s = rec['scope']['name']
@@ -413,8 +498,20 @@ def _call(conn, person, rec, action, note, form):
         resolution = form.get('resolution')
         if resolution not in ('kept_stored', 'new_key', 'dismissed'):
             raise Refused('Choose: kept stored, new key or dismissed.')
-        conn.execute('SELECT idempo.resolve_conflict(%s, %s, %s, %s)', (cid, resolution, person, note))
+        _resolve_conflict(conn, cid, resolution, person, note)
         return f'Conflict {cid} resolved: {resolution}.'
+    if action == 'resolve_conflicts':      # many at once: the conflicts of one record selected together
+        ids = form.get('conflict_ids')
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            raise Refused('Which conflict?')
+        if any(i not in [c['id'] for c in rec['conflicts']] for i in ids):
+            raise Refused('That conflict is not open on this record.', stale=True)
+        resolution = form.get('resolution')
+        if resolution not in ('kept_stored', 'new_key', 'dismissed'):
+            raise Refused('Choose: kept stored, new key or dismissed.')
+        for cid in ids:
+            _resolve_conflict(conn, cid, resolution, person, note)
+        return f"Conflict(s) {', '.join(map(str, ids))} resolved: {resolution}."
     if action == 'request_review':
         if op is None or rec['review'] is not None or op['status'] == 'in_review':
             raise Refused('Only a record that is not in review can be put in review.')

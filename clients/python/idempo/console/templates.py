@@ -32,7 +32,7 @@ BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{% block title %}{% endblock %} · idempo console</title>
-<link rel="stylesheet" href="/console.css"></head>
+<link rel="stylesheet" href="/console.css">{% block head %}{% endblock %}</head>
 <body>
 <header>
   <strong>idempo console</strong>
@@ -164,7 +164,7 @@ QUEUE = """{% extends "base.html" %}
 {% if kind == 'reviews' %}<th scope="col">Reason</th><th scope="col">Status</th>{% elif kind == 'conflicts' %}<th scope="col">Occurrences</th><th scope="col">Fields that differ</th>{% else %}<th scope="col">Attempt</th>{% endif %}
 <th scope="col">Waiting</th></tr></thead><tbody>
 {% for r in rows %}<tr>
-  {% if picks %}<td>{% set t = picks.get((r.scope, r.key)) %}{% if t %}<input type="checkbox" name="pick" id="pick-{{ loop.index }}" value='{{ [r.scope, r.key, t]|tojson }}' aria-label="Select {{ r.scope }} {{ r|short_key }}">{% endif %}</td>{% endif %}
+  {% if picks %}<td>{% set t = picks.get((r.scope, r.key)) %}{% if t %}<input type="checkbox" name="pick" id="pick-{{ loop.index }}" value='{{ ([r.scope, r.key, t, r.id] if kind == 'conflicts' else [r.scope, r.key, t])|tojson }}' aria-label="Select {{ r.scope }} {{ r|short_key }}{% if kind == 'conflicts' %} conflict {{ r.id }}{% endif %}">{% endif %}</td>{% endif %}
   <td>{{ r.scope }}</td>
   <td><a class="key" href="/record?{{ {'scope': r.scope, 'key': r.key}|q }}">{{ r|short_key }}</a></td>
   {% if kind == 'reviews' %}<td>{{ r.reason }}</td><td>{{ r.status or 'gone' }}</td>
@@ -173,12 +173,25 @@ QUEUE = """{% extends "base.html" %}
   <td>{{ r.waiting|interval }}</td>
 </tr>{% else %}<tr><td colspan="6">Nothing waits here.</td></tr>{% endfor %}
 </tbody></table></div>
-{% if picks %}<fieldset><legend>Decide the selected records at once</legend>
+{% if picks %}<fieldset><legend>Decide the selected {{ 'conflicts' if kind == 'conflicts' else 'records' }} at once</legend>
+  {% if kind == 'conflicts' %}
+  <p><input type="radio" id="bulk-kept_stored" name="resolution" value="kept_stored" required> <label class="inline" for="bulk-kept_stored">Kept stored: the stored requests stand</label></p>
+  <p><input type="radio" id="bulk-new_key" name="resolution" value="new_key"> <label class="inline" for="bulk-new_key">New key: the new requests were sent again under new keys</label></p>
+  <p><input type="radio" id="bulk-dismissed" name="resolution" value="dismissed"> <label class="inline" for="bulk-dismissed">Dismissed</label></p>
+  {% else %}
   <p><input type="radio" id="bulk-not_executed" name="resolution" value="not_executed" required> <label class="inline" for="bulk-not_executed">They were not executed (may run again)</label></p>
   <p><input type="radio" id="bulk-failed" name="resolution" value="failed"> <label class="inline" for="bulk-failed">They failed (final)</label></p>
   <p class="muted">A success names its target_ref: decide those one by one. Records of hash_keys scopes too (their key is typed in clear).</p>
+  {% endif %}
   <button type="submit" id="bulk-submit">Review the selection</button>
 </fieldset></form>{% endif %}
+{% if picks and rows %}<form method="post" action="/bulk/all" id="select-all-form">
+  <input type="hidden" name="csrf" value="{{ session.csrf }}">
+  <input type="hidden" name="kind" value="{{ kind }}">
+  {% for k in ['scope', 'reason', 'q', 'older_than'] %}{% if f[k] %}<input type="hidden" name="{{ k }}" value="{{ f[k] }}">{% endif %}{% endfor %}
+  <p><button type="submit" id="select-all">Select every {{ 'conflict' if kind == 'conflicts' else 'record' }} this filter matches{% if next %} (beyond this page){% endif %}</button>
+  <span class="muted">at most {{ '{:,}'.format(max_all) }} at once; you see how many and a sample before anything is decided</span></p>
+</form>{% endif %}
 {% if next %}<p><a href="/{{ kind }}?{{ next|q }}" rel="next">Next page</a></p>{% endif %}
 {% endblock %}
 """
@@ -309,36 +322,88 @@ SCOPE = """{% extends "base.html" %}{% block title %}Scope{% endblock %}{% block
 {% endblock %}
 """
 
-BULK = """{% extends "base.html" %}{% block title %}Decide many{% endblock %}{% block main %}
+BULK = """{% extends "base.html" %}{% from "refused.html" import refused_table %}{% block title %}Decide many{% endblock %}{% block main %}
+{% set what = 'conflict(s)' if kind == 'conflicts' else 'record(s)' %}
 {% if result %}
 <h1>Decided: {{ result.decided|length }} of {{ picks|length }}</h1>
-<p class="done" role="status" id="done">{{ result.decided|length }} record(s) resolved as {{ resolution }}{% if result.refused %}; {{ result.refused|length }} refused, not forced{% endif %}.</p>
-{% if result.refused %}<h2>Refused</h2>
-<div class="scroll" tabindex="0" role="region" aria-label="Refused records"><table id="refused"><thead><tr><th scope="col">Scope</th><th scope="col">Key</th><th scope="col">Why</th></tr></thead><tbody>
-{% for scope, key, why in result.refused %}<tr><td>{{ scope }}</td><td><a class="key" href="/record?{{ {'scope': scope, 'key': key}|q }}">{{ key }}</a></td><td>{{ why }}</td></tr>{% endfor %}
-</tbody></table></div>{% endif %}
+<p class="done" role="status" id="done">{{ result.decided|length }} {{ what }} resolved as {{ resolution }}{% if result.refused %}; {{ result.refused|length }} refused, not forced{% endif %}.</p>
+{{ refused_table(result.refused) }}
 {% else %}
-<h1>Resolve {{ picks|length }} record(s) as {{ resolution }}</h1>
+<h1>Resolve {{ picks|length }} {{ what }} as {{ resolution }}</h1>
 {% if message %}<p class="message" role="alert" id="message">{{ message }}</p>{% endif %}
-<p id="count">{{ picks|length }} record(s) selected. Each is resolved only if it is still in the state it was selected in; the others are listed, not forced.</p>
+<p id="count">{{ picks|length }} {{ what }} selected. Each is resolved only if it is still in the state it was selected in; the others are listed, not forced.</p>
 <h2>Sample</h2>
-<ul id="sample">{% for scope, key, t in picks[:10] %}<li>{{ scope }} / <a class="key" href="/record?{{ {'scope': scope, 'key': key}|q }}">{{ key }}</a></li>{% endfor %}
+<ul id="sample">{% for p in picks[:10] %}<li>{{ p[0] }} / <a class="key" href="/record?{{ {'scope': p[0], 'key': p[1]}|q }}">{{ p[1] }}</a>{% if p|length > 3 %} (conflict {{ p[3] }}){% endif %}</li>{% endfor %}
 {% if picks|length > 10 %}<li>and {{ picks|length - 10 }} more</li>{% endif %}</ul>
 <form method="post" action="/bulk"><fieldset><legend>One note for all</legend>
   <input type="hidden" name="csrf" value="{{ session.csrf }}">
   <input type="hidden" name="step" value="decide">
   <input type="hidden" name="resolution" value="{{ resolution }}">
-  {% for scope, key, t in picks %}<input type="hidden" name="pick" value='{{ [scope, key, t]|tojson }}'>
+  {% for p in picks %}<input type="hidden" name="pick" value='{{ p|list|tojson }}'>
   {% endfor %}
   <label for="bulk-note">Note (required: why)</label>
   <textarea id="bulk-note" name="note" rows="2" required></textarea>
   <p><input type="checkbox" id="bulk-confirm" name="confirm" value="yes" required>
   <label class="inline" for="bulk-confirm">I have checked these {{ picks|length }} decisions; record them as mine ({{ session.role }})</label></p>
-  <button type="submit" id="bulk-decide">Resolve {{ picks|length }} record(s)</button>
+  <button type="submit" id="bulk-decide">Resolve {{ picks|length }} {{ what }}</button>
 </fieldset></form>
 {% endif %}
 {% endblock %}
 """
 
+# the refused records of a decision on many: (scope, key, conflict id or None, why)
+REFUSED = """{% macro refused_table(refused) %}{% if refused %}<h2>Refused</h2>
+<div class="scroll" tabindex="0" role="region" aria-label="Refused records"><table id="refused"><thead><tr><th scope="col">Scope</th><th scope="col">Key</th><th scope="col">Why</th></tr></thead><tbody>
+{% for scope, key, cid, why in refused %}<tr><td>{{ scope }}</td><td><a class="key" href="/record?{{ {'scope': scope, 'key': key}|q }}">{{ key }}</a>{% if cid %} (conflict {{ cid }}){% endif %}</td><td>{{ why }}</td></tr>{% endfor %}
+</tbody></table></div>{% endif %}{% endmacro %}
+"""
+
+RUN = """{% extends "base.html" %}{% from "refused.html" import refused_table %}{% block title %}Decide all that match{% endblock %}
+{% block head %}{% if run.note is not none and run.position < run.items|length %}<meta http-equiv="refresh" content="0; url=/bulk/run?run={{ run.id }}">{% endif %}{% endblock %}
+{% block main %}
+{% set what = 'conflict(s)' if run.kind == 'conflicts' else 'record(s)' %}
+{% if run.note is none %}
+<h1>Decide every {{ 'conflict' if run.kind == 'conflicts' else 'record' }} the filter matches</h1>
+{% if message %}<p class="message" role="alert" id="message">{{ message }}</p>{% endif %}
+<p id="count">{{ run.count }} {{ what }} selected{% if run.more %}: more than {{ '{:,}'.format(max_all) }} match, the {{ '{:,}'.format(max_all) }} oldest are selected (select again for the rest){% endif %}.
+At most {{ '{:,}'.format(max_all) }} are decided at once.
+Each is decided only if it is still in the state it was in when selected: the ones that changed are listed, not forced, and the ones that start to match from now on are left alone.</p>
+<p id="filter">The filter: {{ TITLES[run.kind]|lower }}{% set fl = run.filters %}{% if fl.get("scope") %}, scope {{ fl.scope }}{% endif %}{% if fl.get("reason") %}, reason {{ fl.reason }}{% endif %}{% if fl.get("older_than") %}, waiting at least {{ fl.older_than }} min{% endif %}{% if fl.get("q") %}, the key searched for{% endif %}.</p>
+{% if run.left_out %}<p id="left-out" class="muted">{{ run.left_out }} record(s) of hash_keys scopes are not selected: their key is typed in clear, one by one.</p>{% endif %}
+<h2>Sample (the first {{ [20, run.items|length]|min }})</h2>
+<ul id="sample">{% for sc, key, t, cids in run.items[:20] %}<li>{{ sc }} / <a class="key" href="/record?{{ {'scope': sc, 'key': key}|q }}">{{ key }}</a>{% if cids %} (conflict {{ cids|join(', ') }}){% endif %}</li>{% endfor %}
+{% if run.items|length > 20 %}<li>and {{ run.items|length - 20 }} more record(s)</li>{% endif %}</ul>
+<form method="post" action="/bulk/run" id="all-form"><fieldset><legend>Decide them: one note for all</legend>
+  <input type="hidden" name="csrf" value="{{ session.csrf }}">
+  <input type="hidden" name="run" value="{{ run.id }}">
+  <input type="hidden" name="step" value="start">
+  {% for r in resolutions %}<p><input type="radio" id="all-{{ r }}" name="resolution" value="{{ r }}"{% if loop.first %} required{% endif %}> <label class="inline" for="all-{{ r }}">{{ {'not_executed': 'They were not executed (may run again)', 'failed': 'They failed (final)', 'kept_stored': 'Kept stored: the stored requests stand', 'new_key': 'New key: the new requests were sent again under new keys', 'dismissed': 'Dismissed'}[r] }}</label></p>
+  {% endfor %}
+  <label for="all-note">Note (required: why)</label>
+  <textarea id="all-note" name="note" rows="2" required></textarea>
+  <p><input type="checkbox" id="all-confirm" name="confirm" value="yes" required>
+  <label class="inline" for="all-confirm">I have checked these {{ run.count }} decisions; record them as mine ({{ session.role }})</label></p>
+  <button type="submit" id="all-decide">Decide {{ run.count }} {{ what }}</button>
+</fieldset></form>
+{% elif run.position < run.items|length %}
+<h1>Deciding {{ run.count }} {{ what }} as {{ run.resolution }}</h1>
+<p role="status" id="progress">{{ run.decided|length }} decided and {{ run.refused|length }} refused so far; {{ run.items|length - run.position }} record(s) to go.</p>
+<p><progress max="{{ run.items|length }}" value="{{ run.position }}" aria-label="Records done">{{ run.position }} of {{ run.items|length }}</progress></p>
+<p class="muted">This page goes on by itself. If it stops, continue with the button: only the selection you confirmed is decided.</p>
+<form method="post" action="/bulk/run" id="continue-form">
+  <input type="hidden" name="csrf" value="{{ session.csrf }}">
+  <input type="hidden" name="run" value="{{ run.id }}">
+  <button type="submit" id="all-continue">Continue</button>
+</form>
+{% else %}
+<h1>Decided: {{ run.decided|length }} of {{ run.count }}</h1>
+<p class="done" role="status" id="done">{{ run.decided|length }} {{ what }} resolved as {{ run.resolution }}{% if run.refused %}; {{ run.refused|length }} refused, not forced{% endif %}.</p>
+{{ refused_table(run.refused) }}
+<p><a href="/{{ run.kind }}">Back to the queue</a></p>
+{% endif %}
+{% endblock %}
+"""
+
 TEMPLATES = {'base.html': BASE, 'login.html': LOGIN, 'error.html': ERROR, 'overview.html': OVERVIEW,
-             'queue.html': QUEUE, 'record.html': RECORD, 'scope.html': SCOPE, 'bulk.html': BULK}
+             'queue.html': QUEUE, 'record.html': RECORD, 'scope.html': SCOPE, 'bulk.html': BULK,
+             'run.html': RUN, 'refused.html': REFUSED}
