@@ -721,12 +721,18 @@ def console_backends(data, role):
 
 
 def test_a_persons_connection_is_kept_between_pages_and_renewed(data, console, person):
-    c = console('--reconnect-seconds', '0.5')
+    c = console('--reconnect-seconds', '2')
     alice = person(c).sign_in('alice')
     for _ in range(5):
         assert alice.get('/unknown')[0] == 200
     # one connection serves her pages (opening one per page costs more than the page's queries)
     assert console_backends(data, 'alice') == 1
+    # and is closed when she has not come back for that long: an idle console holds none
+    deadline = time.monotonic() + 20
+    while console_backends(data, 'alice') != 0:
+        assert time.monotonic() < deadline, 'an idle person keeps a connection'
+        time.sleep(0.1)
+    assert alice.get('/unknown')[0] == 200 and console_backends(data, 'alice') == 1
     # what PostgreSQL checks when a connection opens is checked again once the kept one is old
     data.sql("ALTER ROLE alice NOLOGIN")
     try:

@@ -23,6 +23,11 @@ MUTANTS = [
      "changed) keeps reading and deciding for as long as the session lives",
      'idempo/console/app.py', 'time.monotonic() - s.conn_opened > settings.reconnect_seconds', 'False',
      'console_tests/test_console_http.py::test_a_persons_connection_is_kept_between_pages_and_renewed'),
+    ('console-conn-never-closed-idle', "a person's kept connection stays open while they are away: an idle console "
+     "holds a server connection per person until their session ends",
+     'idempo/console/app.py', 'if s.conn is not None and now - s.seen > self.settings.reconnect_seconds',
+     'if False and s.conn is not None and now - s.seen > self.settings.reconnect_seconds',
+     'console_tests/test_console_http.py::test_a_persons_connection_is_kept_between_pages_and_renewed'),
     ('console-stale-page-decided', 'a decision taken on a page that went stale is made on the record as it is now',
      'idempo/console/db.py', "            if rec['token'] != token:", "            if False:",
      'console_tests/test_console_http.py::test_a_stale_page_is_refused_and_shows_the_new_state'),

@@ -132,17 +132,40 @@ class Sessions:
         self.settings = settings
         self.by_id = {}
         self.lock = threading.Lock()
+        self.sweeper = None
 
     def new(self, role, password, sso=None):
         sid = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self.lock:
-            # the sessions nobody came back to are forgotten (with their passwords)
-            for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
-                        or now - s.started > self.settings.max_seconds]:
-                self._drop(old)
+            self._sweep(now)
             self.by_id[sid] = Session(role, password, secrets.token_urlsafe(32), now, now, sso=sso)
+            if self.sweeper is None:
+                self.sweeper = threading.Thread(target=self._sweep_every, name='idempo console sessions',
+                                                daemon=True)
+                self.sweeper.start()
         return sid
+
+    def _sweep(self, now):
+        """(self.lock held) The sessions nobody came back to are forgotten (with their passwords
+        and connections); a kept connection unused for settings.reconnect_seconds is closed (the
+        next page would open a new one anyway): an idle console holds no connection for long."""
+        for old in [k for k, s in self.by_id.items() if now - s.seen > self.settings.idle_seconds
+                    or now - s.started > self.settings.max_seconds]:
+            self._drop(old)
+        for s in self.by_id.values():
+            if s.conn is not None and now - s.seen > self.settings.reconnect_seconds \
+                    and s.conn_lock.acquire(blocking=False):
+                try:
+                    s.close_conn()
+                finally:
+                    s.conn_lock.release()
+
+    def _sweep_every(self):
+        while True:
+            time.sleep(min(10, max(self.settings.reconnect_seconds, 0.1)))
+            with self.lock:
+                self._sweep(time.monotonic())
 
     def get(self, sid):
         if not sid:
