@@ -149,6 +149,25 @@ SET ROLE regress_rr_rita;
 SELECT * FROM pg_temp.seen();
 RESET ROLE;
 
+-- In a query planned in parallel, with the scope not cached (a change to it was just seen):
+-- may_review() and stored_key() read the scope as committed now, which parallel mode forbids;
+-- they are PARALLEL UNSAFE so that such a query runs without workers instead of failing (XX000)
+CREATE TABLE regress_rr_many AS SELECT 'k-' || i AS key FROM generate_series(1, 20000) i;
+ANALYZE regress_rr_many;
+SET max_parallel_workers_per_gather = 2;
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET min_parallel_table_scan_size = 0;
+SELECT name FROM idempo.alter_scope('open', description => 'cache: gone');
+SELECT count(*) FILTER (WHERE idempo.may_review('open')) AS reviewable FROM regress_rr_many;
+SELECT name FROM idempo.alter_scope('open', description => 'cache: gone again');
+SELECT count(DISTINCT idempo.stored_key('open', key)) AS keys FROM regress_rr_many;
+RESET max_parallel_workers_per_gather;
+RESET parallel_setup_cost;
+RESET parallel_tuple_cost;
+RESET min_parallel_table_scan_size;
+DROP TABLE regress_rr_many;
+
 -- check_reviewer() is idempo's own: nobody else may execute it
 SET ROLE regress_rr_rita;
 SELECT regress.err($$SELECT idempo.check_reviewer('open', 'k-1', 'regress_rr_sam', 'resolve')$$) AS not_granted;

@@ -119,7 +119,7 @@ $$;
 
 -- managed-differs: security: reads idempo.scopes, which callers have no privilege on (the C function switches to the owner inside)
 CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     -- p_write NULL: neither a use nor a read of the records (the C function checks no role)
     RETURN idempo.managed_key(idempo.managed_scope(stored_key.scope, stored_key.key, NULL), stored_key.key);
@@ -202,7 +202,7 @@ $$;
 
 -- managed-differs: security: reads idempo.scopes, which callers have no privilege on (the C function switches to the owner inside)
 CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
-    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s idempo.scopes;
 BEGIN

@@ -14,9 +14,11 @@
 -- cannot see the rows before the filter does).
 ------------------------------------------------------------------------------------------------
 
+-- PARALLEL UNSAFE: it may read the scope as committed now (src/scope_cache.c), which a query
+-- running in parallel mode may not
 CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'idempo_may_review'
-    LANGUAGE C STABLE PARALLEL RESTRICTED;
+    LANGUAGE C STABLE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempo.may_review(text) IS
     'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
 -- The same from a scope's two settings, reading no table: the views' filter (on Citus it runs on
@@ -1074,3 +1076,7 @@ LEFT JOIN idempo.operations o
 WHERE c.resolved_at IS NULL
   AND c.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
 ORDER BY c.first_detected_at, c.id;
+
+-- stored_key() may read the scope as committed now, which a query in parallel mode may not:
+-- RESTRICTED let such a query fail (XX000, "cannot update SecondarySnapshot")
+ALTER FUNCTION idempo.stored_key(text, text) PARALLEL UNSAFE;

@@ -278,9 +278,11 @@ CREATE FUNCTION idempo.lookup(scope text, key text) RETURNS idempo.operations
     LANGUAGE C STABLE PARALLEL UNSAFE;
 
 -- The key as stored: the clear key, or its SHA-256 digest (hex) in hash_keys scopes.
+-- PARALLEL UNSAFE: it may read the scope as committed now (src/scope_cache.c), which a query
+-- running in parallel mode may not (0.2.0 said RESTRICTED: a parallel query failed, XX000)
 CREATE FUNCTION idempo.stored_key(scope text, key text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempo_stored_key'
-    LANGUAGE C STABLE PARALLEL RESTRICTED;
+    LANGUAGE C STABLE PARALLEL UNSAFE;
 
 -- attempt: the attempt the lookup was made for (the one claim() answered 'unknown' with); any
 -- other is refused, as complete() and fail() refuse a superseded attempt.
@@ -882,9 +884,11 @@ $$;
 -- cannot see the rows before the filter does).
 ------------------------------------------------------------------------------------------------
 
+-- PARALLEL UNSAFE: it may read the scope as committed now (src/scope_cache.c), which a query
+-- running in parallel mode may not
 CREATE FUNCTION idempo.may_review(scope text) RETURNS boolean
     AS 'MODULE_PATHNAME', 'idempo_may_review'
-    LANGUAGE C STABLE PARALLEL RESTRICTED;
+    LANGUAGE C STABLE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempo.may_review(text) IS
     'May the current role review the scope''s records (its review_role, else its allowed_role, else anyone)?';
 -- The same from a scope's two settings, reading no table: the views' filter (on Citus it runs on
