@@ -28,7 +28,7 @@ PAGE = 50
 
 # the scopes the current role reviews (joined as s): the database's rule, idempo.may_review (the
 # views below filter by it already; idempo.stats and idempo.scopes show every scope)
-VISIBLE = "idempo.may_review(s.name)"
+VISIBLE = "idempo.may_review(s.review_role, s.allowed_role)"
 
 # a search term: a key in clear, its digest in hash_keys scopes (never compared in clear there)
 KEY_MATCH = """(%(q)s::text IS NULL
