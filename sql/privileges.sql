@@ -27,7 +27,7 @@ GRANT EXECUTE ON FUNCTION
 TO regress_idempo_app;
 -- reviewer
 GRANT USAGE ON SCHEMA idempo TO regress_idempo_reviewer;
-GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats,
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
     idempo.reviewable_operations, idempo.reviewable_events TO regress_idempo_reviewer;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),

@@ -21,7 +21,7 @@ GRANT regress_rr_billing_app, regress_rr_shop_app, regress_rr_rita, regress_rr_s
 CREATE ROLE regress_rr_reviewers;
 GRANT regress_rr_reviewers TO regress_rr_rita, regress_rr_sam, regress_rr_desk;
 GRANT USAGE ON SCHEMA idempo TO regress_rr_reviewers;
-GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.stats,
+GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
     idempo.reviewable_operations, idempo.reviewable_events TO regress_rr_reviewers;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),
@@ -49,12 +49,19 @@ SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s,
 SELECT s, idempo.request_review(s, 'k-1', 'check it') > 0 AS in_review
 FROM unnest(ARRAY['billing', 'shop', 'open']) AS s;
 
+-- and one operation of each in doubt: its lease ran out
+SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s, LATERAL idempo.claim(s, 'u-1');
+SET idempo.clock_offset = '10 minutes';
+SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s, LATERAL idempo.claim(s, 'u-1');
+RESET idempo.clock_offset;
+
 -- What each role sees: only the scopes it reviews, in every view a reviewer reads
 CREATE FUNCTION pg_temp.seen() RETURNS TABLE (what text, scopes text)
     LANGUAGE sql AS $$
     SELECT 'review_queue', string_agg(scope, ',' ORDER BY scope) FROM idempo.review_queue
     UNION ALL SELECT 'conflict_queue', string_agg(scope, ',' ORDER BY scope) FROM idempo.conflict_queue
-    UNION ALL SELECT 'reviewable_operations', string_agg(scope, ',' ORDER BY scope) FROM idempo.reviewable_operations
+    UNION ALL SELECT 'unknown_queue', string_agg(scope, ',' ORDER BY scope) FROM idempo.unknown_queue
+    UNION ALL SELECT 'reviewable_operations', string_agg(DISTINCT scope, ',' ORDER BY scope) FROM idempo.reviewable_operations
     UNION ALL SELECT 'reviewable_events', string_agg(DISTINCT scope, ',' ORDER BY scope) FROM idempo.reviewable_events
 $$;
 SET ROLE regress_rr_rita;

@@ -1080,3 +1080,21 @@ ORDER BY c.first_detected_at, c.id;
 -- stored_key() may read the scope as committed now, which a query in parallel mode may not:
 -- RESTRICTED let such a query fail (XX000, "cannot update SecondarySnapshot")
 ALTER FUNCTION idempo.stored_key(text, text) PARALLEL UNSAFE;
+
+-- the queues' order (review_queue, conflict_queue): a page of the oldest is an index range
+CREATE INDEX reviews_queue_idx ON idempo.reviews (opened_at, id) WHERE resolved_at IS NULL;
+CREATE INDEX conflicts_queue_idx ON idempo.conflicts (first_detected_at, id) WHERE resolved_at IS NULL;
+
+-- Operations whose outcome is unknown, the longest in doubt first: the third queue a person
+-- works (next to review_queue and conflict_queue), of the scopes the reading role reviews.
+-- verifying_until: a verification lease some caller holds (it looks the action up now).
+CREATE VIEW idempo.unknown_queue WITH (security_barrier) AS
+SELECT o.scope, o.key, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) o.last_attempt_at, '0'::interval) AS waiting,
+       o.lease_expires_at AS verifying_until
+FROM idempo.operations o
+WHERE o.status OPERATOR(pg_catalog.=) 'unknown'
+  AND o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
+ORDER BY o.last_attempt_at, o.scope, o.key;
+COMMENT ON VIEW idempo.unknown_queue IS
+    'Operations whose outcome is unknown, longest in doubt first, of the scopes the current role may review.';

@@ -139,6 +139,7 @@ ALTER SEQUENCE idempo.conflicts_id_seq OWNED BY idempo.conflicts.id;
 CREATE UNIQUE INDEX conflicts_open_idx
     ON idempo.conflicts (scope, key, stored_fingerprint, incoming_fingerprint)
     WHERE resolved_at IS NULL;
+CREATE INDEX conflicts_queue_idx ON idempo.conflicts (first_detected_at, id) WHERE resolved_at IS NULL;
 COMMENT ON TABLE idempo.conflicts IS 'Requests that reused a key with different parameters.';
 
 CREATE SEQUENCE idempo.reviews_id_seq;
@@ -161,6 +162,8 @@ CREATE TABLE idempo.reviews (
 ALTER SEQUENCE idempo.reviews_id_seq OWNED BY idempo.reviews.id;
 -- At most one open review per operation.
 CREATE UNIQUE INDEX reviews_open_idx ON idempo.reviews (scope, key) WHERE resolved_at IS NULL;
+-- the queues' order (review_queue, conflict_queue): a page of the oldest is an index range
+CREATE INDEX reviews_queue_idx ON idempo.reviews (opened_at, id) WHERE resolved_at IS NULL;
 COMMENT ON TABLE idempo.reviews IS 'Operations a person must decide on, with a snapshot taken when they entered review.';
 
 CREATE SEQUENCE idempo.events_id_seq;
@@ -1008,6 +1011,20 @@ FROM idempo.events e
 WHERE e.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role));
 COMMENT ON VIEW idempo.reviewable_events IS
     'The audit events of the scopes the current role may review.';
+
+-- Operations whose outcome is unknown, the longest in doubt first: the third queue a person
+-- works (next to review_queue and conflict_queue), of the scopes the reading role reviews.
+-- verifying_until: a verification lease some caller holds (it looks the action up now).
+CREATE VIEW idempo.unknown_queue WITH (security_barrier) AS
+SELECT o.scope, o.key, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at,
+       GREATEST(idempo.now() OPERATOR(pg_catalog.-) o.last_attempt_at, '0'::interval) AS waiting,
+       o.lease_expires_at AS verifying_until
+FROM idempo.operations o
+WHERE o.status OPERATOR(pg_catalog.=) 'unknown'
+  AND o.scope OPERATOR(pg_catalog.=) ANY (SELECT s.name FROM idempo.scopes s WHERE idempo.may_review(s.review_role, s.allowed_role))
+ORDER BY o.last_attempt_at, o.scope, o.key;
+COMMENT ON VIEW idempo.unknown_queue IS
+    'Operations whose outcome is unknown, longest in doubt first, of the scopes the current role may review.';
 
 -- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
 -- Used by the tests after every fault; cheap enough to run by hand on a live system.

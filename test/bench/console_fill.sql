@@ -10,7 +10,7 @@ CREATE ROLE bench_billing_reviewers;
 CREATE ROLE bench_reviewers;
 CREATE ROLE bench_rita LOGIN PASSWORD 'rita-pw' IN ROLE bench_reviewers, bench_billing_reviewers;
 GRANT USAGE ON SCHEMA idempo TO bench_reviewers;
-GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.stats,
+GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
     idempo.reviewable_operations, idempo.reviewable_events TO bench_reviewers;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),

@@ -59,7 +59,7 @@ GRANT alice, bob, carol, console_outsider, console_sso_root TO console_sso;
 # docs/console.md's grant set
 GRANTS = """
 GRANT USAGE ON SCHEMA idempo TO console_reviewer;
-GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.stats,
+GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
     idempo.reviewable_operations, idempo.reviewable_events TO console_reviewer;
 GRANT EXECUTE ON FUNCTION
     idempo.resolve(text, text, text, text, text, jsonb, text),
