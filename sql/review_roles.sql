@@ -38,8 +38,14 @@ SELECT name, review_role FROM idempo.create_scope('billing', allowed_role => 're
 SELECT name, review_role FROM idempo.create_scope('shop', allowed_role => 'regress_rr_shop_app',
     audit => true, store_params => true);
 SELECT name, review_role FROM idempo.create_scope('open', audit => true);
-SELECT regress.err($$SELECT idempo.create_scope('nobody', review_role => 'regress_rr_no_such_role')$$)
-    AS review_role_must_exist;
+SELECT regress.err($$SELECT idempo.create_scope('nobody', allowed_role => 'regress_rr_shop_app',
+                                                 review_role => 'regress_rr_no_such_role')$$) AS review_role_must_exist;
+-- without allowed_role every role with EXECUTE is the application (lookup, verify, request_review):
+-- a review_role would keep nobody out of the records
+SELECT regress.err($$SELECT idempo.create_scope('nobody', review_role => 'regress_rr_billing_reviewers')$$)
+    AS review_role_needs_allowed_role;
+SELECT regress.err($$SELECT idempo.alter_scope('open', review_role => 'regress_rr_billing_reviewers')$$)
+    AS alter_too;
 
 -- one record of each scope in review, one conflict each, all with events
 SELECT s, outcome FROM unnest(ARRAY['billing', 'shop', 'open']) AS s,

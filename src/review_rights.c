@@ -78,7 +78,10 @@ idempo_scope_may_review(const IdempoScope *scope, Oid user)
 	return may_review_as(reviewers_role_name(scope), user);
 }
 
-/* Refuses a caller who may not review the scope; what: the verb, for the message. */
+/*
+ * Refuses a caller who may not review the scope; what: the verb, for the
+ * message; key: the key it names, or NULL for none.
+ */
 void
 idempo_scope_check_review(const IdempoScope *scope, const char *key, Oid user, const char *what)
 {
@@ -93,10 +96,13 @@ idempo_scope_check_review(const IdempoScope *scope, const char *key, Oid user, c
 						scope->review_role_name ? "review_role" : "allowed_role", name, scope->name),
 				 errhint("Recreate the role or change the scope with idempo.alter_scope('%s', %s => ...).",
 						 scope->name, scope->review_role_name ? "review_role" : "allowed_role")));
+	/* key NULL: not to be named (a conflict's key, to someone who may not see it) */
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("role \"%s\" may not %s key \"%s\" in scope \"%s\"",
-					GetUserNameFromId(user, false), what, key, scope->name),
+			 key ? errmsg("role \"%s\" may not %s key \"%s\" in scope \"%s\"",
+						  GetUserNameFromId(user, false), what, key, scope->name) :
+			 errmsg("role \"%s\" may not %s in scope \"%s\"",
+					GetUserNameFromId(user, false), what, scope->name),
 			 scope->review_role_name ?
 			 errhint("Only members of role \"%s\" (the scope's review_role) decide on its records.", name) :
 			 errhint("Only members of role \"%s\" (the scope's allowed_role) decide on its records; idempo.alter_scope('%s', review_role => ...) names a role of reviewers instead.",
@@ -185,7 +191,7 @@ idempo_may_review_settings(PG_FUNCTION_ARGS)
  * For the PL/pgSQL decisions (resolve_conflict, release), which run as
  * idempo's owner: refuses a caller who may not review the scope, and
  * returns the name to record.  key is the stored key (the digest in a
- * hash_keys scope), for the message only.  The caller is the role in effect outside
+ * hash_keys scope), for the message only; NULL: the message names none.  The caller is the role in effect outside
  * SECURITY DEFINER functions (SET ROLE's, else the session's): inside one,
  * the current role is the owner.  Only idempo's owner may execute it.
  */
@@ -200,7 +206,7 @@ idempo_check_reviewer(PG_FUNCTION_ARGS)
 	char	   *reviewer;
 	char	   *what;
 
-	key = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	key = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	reviewer = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
 	what = PG_ARGISNULL(3) ? "decide on" : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	idempo_spi_begin(&session);

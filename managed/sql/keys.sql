@@ -168,7 +168,8 @@ BEGIN
             USING ERRCODE = '42704',
                   HINT = format('Recreate the role or change the scope with idempo.alter_scope(''%s'', %s => ...).', s.name, setting);
     END IF;
-    RAISE EXCEPTION 'role "%" may not % key "%" in scope "%"', who, what, k, s.name
+    RAISE EXCEPTION '%', CASE WHEN k IS NULL THEN format('role "%s" may not %s in scope "%s"', who, what, s.name)
+                              ELSE format('role "%s" may not %s key "%s" in scope "%s"', who, what, k, s.name) END
         USING ERRCODE = '42501',
               HINT = CASE WHEN s.review_role IS NOT NULL
                           THEN format('Only members of role "%s" (the scope''s review_role) decide on its records.', role_name)
@@ -214,7 +215,8 @@ $$;
 CREATE FUNCTION idempo.check_reviewer(scope text, key text, reviewer text, what text) RETURNS text
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
 DECLARE
-    s idempo.scopes := idempo.managed_scope(check_reviewer.scope, check_reviewer.key, NULL);
+    -- the key is for the message only (NULL: none), as in the C function
+    s idempo.scopes := idempo.managed_scope(check_reviewer.scope, coalesce(check_reviewer.key, '-'), NULL);
 BEGIN
     PERFORM idempo.managed_check_review(s, check_reviewer.key, idempo.managed_caller(),
                                         coalesce(check_reviewer.what, 'decide on'));

@@ -443,6 +443,12 @@ BEGIN
         RAISE EXCEPTION 'role "%" does not exist', s.allowed_role
             USING ERRCODE = '42704', HINT = 'Create the role first, or leave allowed_role NULL.';
     END IF;
+    IF s.review_role IS NOT NULL AND s.allowed_role IS NULL THEN
+        RAISE EXCEPTION 'review_role of scope "%" needs an allowed_role', s.name
+            USING ERRCODE = '22023',
+                  DETAIL = 'Without allowed_role every role with EXECUTE acts as the application: it may look the records up, verify and request review.',
+                  HINT = 'Name the application''s role too: allowed_role => ''...''.';
+    END IF;
     IF s.review_role IS NOT NULL
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = s.review_role) THEN
         RAISE EXCEPTION 'role "%" does not exist', s.review_role
@@ -816,8 +822,9 @@ BEGIN
         RAISE EXCEPTION 'conflict % does not exist', conflict_id
             USING ERRCODE = '42704', HINT = 'Open conflicts are listed in idempo.conflicts where resolved_at is null.';
     END IF;
-    -- the scope's reviewers only; the name recorded is the caller's (src/review_rights.c)
-    decided_by := idempo.check_reviewer(c.scope, c.key, reviewer, 'resolve a conflict of');
+    -- the scope's reviewers only; the name recorded is the caller's (src/review_rights.c); the
+    -- refusal names no key: conflict ids are a sequence anyone may try
+    decided_by := idempo.check_reviewer(c.scope, NULL, reviewer, 'resolve conflicts');
     -- where the records come from a publisher (logical replication), only the publisher resolves
     PERFORM idempo.refuse_on_subscriber(c.scope, c.key);
     IF c.resolved_at IS NOT NULL THEN

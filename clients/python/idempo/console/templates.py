@@ -86,7 +86,7 @@ ERROR = """{% extends "base.html" %}{% block title %}Refused{% endblock %}{% blo
 
 OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{% block main %}
 <h1>Overview</h1>
-<p>Signed in as <strong>{{ role }}</strong>; you see the scopes whose records your role may look up.</p>
+<p>Signed in as <strong>{{ role }}</strong>; you see the scopes whose records your role reviews.</p>
 <ul>
   <li>Oldest open review:
   {% if oldest %}<a href="/record?{{ {'scope': oldest.scope, 'key': oldest.key}|q }}">{{ oldest.scope }} / <span class="key">{{ oldest|short_key }}</span></a>, waiting {{ oldest.waiting|interval }}{% else %}none{% endif %}</li>
