@@ -27,9 +27,16 @@ GRANT EXECUTE ON FUNCTION
 TO regress_idempo_app;
 -- reviewer
 GRANT USAGE ON SCHEMA idempo TO regress_idempo_reviewer;
-GRANT SELECT ON idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
-    idempo.reviewable_operations, idempo.reviewable_events TO regress_idempo_reviewer;
+GRANT SELECT ON idempo.stats TO regress_idempo_reviewer;
 GRANT EXECUTE ON FUNCTION
+    idempo.review_queue_page(text, text, text, interval, timestamptz, bigint, integer),
+    idempo.conflict_queue_page(text, text, interval, timestamptz, bigint, integer),
+    idempo.unknown_queue_page(text, text, interval, timestamptz, text, text, integer),
+    idempo.reviewable_operations_of(text[], text[]),
+    idempo.open_reviews_of(text[], text[]),
+    idempo.open_conflicts_of(text[], text[]),
+    idempo.reviewable_events_of(text, text),
+    idempo.reviewable_events_since(timestamptz),
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.request_review(text, text, text),
     idempo.release(text, text, text, text),
@@ -76,6 +83,7 @@ SELECT regress.err(stmt) AS refused FROM (VALUES
     ($$UPDATE idempo.reviews SET resolved_at = now()$$),
     ($$UPDATE idempo.scopes SET enabled = true$$),
     ($$SELECT * FROM idempo.review_queue$$),
+    ($$SELECT * FROM idempo.review_queue_page()$$),
     ($$SELECT idempo.resolve('orders', 'o-2', 'succeeded', 'me')$$),
     ($$SELECT idempo.request_review('orders', 'o-2')$$),
     ($$SELECT idempo.resolve_conflict(1, 'dismissed', 'me')$$),
@@ -88,12 +96,12 @@ RESET ROLE;
 
 -- the reviewer reads the queues and decides, and nothing else
 SET ROLE regress_idempo_reviewer;
-SELECT scope, key, occurrences, changed_fields FROM idempo.conflict_queue;
+SELECT scope, key, occurrences, changed_fields FROM idempo.conflict_queue_page();
 SELECT idempo.request_review('orders', 'o-2', 'looks odd') > 0 AS opened;
-SELECT key, reason, detail FROM idempo.review_queue;
+SELECT key, reason, detail FROM idempo.review_queue_page();
 -- a decision records the role that made it: the reviewer argument left out, or its own name
 SELECT idempo.resolve('orders', 'o-2', 'not_executed');
-SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue LIMIT 1), 'kept_stored',
+SELECT idempo.resolve_conflict((SELECT id FROM idempo.conflict_queue_page(page_size => 1)), 'kept_stored',
                                'regress_idempo_reviewer');
 SELECT regress.err(stmt) AS names_another FROM (VALUES
     ($$SELECT idempo.resolve('orders', 'o-2', 'failed', 'rita')$$),
@@ -152,13 +160,13 @@ SELECT regress.err(stmt) AS reviewer_outside FROM (VALUES
 RESET ROLE;
 SELECT idempo.request_review('orders.app_only', 'm-1', 'opened by the owner') > 0 AS owner_opens;
 SET ROLE regress_idempo_reviewer;
-SELECT count(*) AS reviewer_sees FROM idempo.review_queue WHERE scope = 'orders.app_only';
+SELECT count(*) AS reviewer_sees FROM idempo.review_queue_page(scope => 'orders.app_only');
 RESET ROLE;
 -- review_role makes it a reviewer of the scope without the application's rights
 SELECT review_role FROM idempo.alter_scope('orders.app_only', review_role => 'regress_idempo_reviewer');
 SET ROLE regress_idempo_reviewer;
 SELECT status, result FROM idempo.lookup('orders.app_only', 'm-1');
-SELECT scope, key, reason FROM idempo.review_queue WHERE scope = 'orders.app_only';
+SELECT scope, key, reason FROM idempo.review_queue_page(scope => 'orders.app_only');
 SELECT idempo.resolve('orders.app_only', 'm-1', 'succeeded', note => 'seen in the queue');
 SELECT regress.err($$SELECT idempo.claim('orders.app_only', 'm-9')$$) AS reviewer_claims;
 RESET ROLE;

@@ -10,9 +10,10 @@
  * review every scope: it can read and write the tables anyway.  This is the
  * one place the rule is written: resolve() and request_review() call it
  * here, the PL/pgSQL functions resolve_conflict() and release() through
- * idempo.check_reviewer(), and the views a reviewer reads (review_queue,
- * conflict_queue, reviewable_operations, reviewable_events) through
- * idempo.may_review().  Roles are looked up by name at each use, as
+ * idempo.check_reviewer(), the functions a reviewer reads through
+ * (review_queue_page() and the others, SECURITY DEFINER) through
+ * idempo.caller_may_review(), and the views (review_queue, conflict_queue,
+ * reviewable_operations, ...) through idempo.may_review().  Roles are looked up by name at each use, as
  * allowed_role is (scope_cache.c).
  *
  * A decision records the role that made it.  The reviewer argument of
@@ -33,6 +34,7 @@
 PG_FUNCTION_INFO_V1(idempo_may_review);
 PG_FUNCTION_INFO_V1(idempo_may_review_settings);
 PG_FUNCTION_INFO_V1(idempo_check_reviewer);
+PG_FUNCTION_INFO_V1(idempo_caller_may_review);
 
 /* The role of name, or InvalidOid: no such role. */
 static Oid
@@ -215,4 +217,24 @@ idempo_check_reviewer(PG_FUNCTION_ARGS)
 	reviewer = idempo_reviewer_name(reviewer, user);
 	idempo_spi_end(&session);
 	PG_RETURN_TEXT_P(cstring_to_text(reviewer));
+}
+
+/*
+ * idempo.caller_may_review(review_role name, allowed_role name) RETURNS
+ * boolean: idempo.may_review(name, name) for the caller of the SECURITY
+ * DEFINER functions a reviewer reads through (review_queue_page(), ...):
+ * inside one, the current role is idempo's owner, who may review every scope,
+ * so the answer is for the role outside it (SET ROLE's, else the session's),
+ * as idempo.check_reviewer() decides.  Only idempo's owner may execute it.
+ */
+Datum
+idempo_caller_may_review(PG_FUNCTION_ARGS)
+{
+	const char *name = NULL;
+
+	if (!PG_ARGISNULL(0))
+		name = NameStr(*PG_GETARG_NAME(0));
+	else if (!PG_ARGISNULL(1))
+		name = NameStr(*PG_GETARG_NAME(1));
+	PG_RETURN_BOOL(may_review_as(name, GetOuterUserId()));
 }

@@ -235,3 +235,16 @@ BEGIN
     RETURN idempo.managed_may_review(s, idempo.managed_caller());
 END
 $$;
+
+-- The same for the caller of the SECURITY DEFINER functions a reviewer reads through
+-- (review_queue_page(), ...): managed_caller() is the role outside them, as in the C function.
+CREATE FUNCTION idempo.caller_may_review(review_role name, allowed_role name) RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL RESTRICTED AS $$
+DECLARE
+    s idempo.scopes;
+BEGIN
+    s.review_role := caller_may_review.review_role;
+    s.allowed_role := caller_may_review.allowed_role;
+    RETURN idempo.managed_may_review(s, idempo.managed_caller());
+END
+$$;

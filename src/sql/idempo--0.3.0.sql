@@ -1033,6 +1033,285 @@ ORDER BY o.last_attempt_at, o.scope, o.key;
 COMMENT ON VIEW idempo.unknown_queue IS
     'Operations whose outcome is unknown, longest in doubt first, of the scopes the current role may review.';
 
+------------------------------------------------------------------------------------------------
+-- What a reviewer reads: functions that filter first (src/review_rights.c's rule)
+------------------------------------------------------------------------------------------------
+
+-- The views above are filtered by the reader's role, but a reader's WHERE clause can still run
+-- before their filter: a CASE whose test compares the view's columns and whose branch calls a
+-- function of the reader's with no column in its arguments counts as leakproof, so PostgreSQL
+-- may evaluate it on every scope's rows (row security has the same rule).  A reviewer therefore
+-- reads through these functions instead: PL/pgSQL (never inlined into the reader's query), they
+-- take the page's conditions as arguments and return only rows of the scopes the caller reviews,
+-- so nothing the reader writes runs before the filter.  Each returns the rows of the view it is
+-- named after: *_page a page of a queue in the queue's order, *_of the rows of given records.
+-- SECURITY DEFINER (the reader needs no right on the tables); the filter answers for the caller,
+-- not for the owner the function runs as.
+
+-- May the caller (the role outside SECURITY DEFINER functions) review a scope with these
+-- settings?  The filter of the functions below; only idempo's owner executes it.
+CREATE FUNCTION idempo.caller_may_review(review_role name, allowed_role name) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempo_caller_may_review'
+    LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+-- The scopes the caller reviews (only the one named, when one is), and of those the ones that
+-- keep keys in clear and the ones that keep digests (hash_keys): a key search is a prefix in the
+-- first and the whole key, compared by its digest, in the others (the digest is never searched
+-- by a prefix: that would be a guess at the key a character at a time).
+CREATE FUNCTION idempo.reviewer_scopes(only_scope text, OUT visible text[], OUT clear text[], OUT hashed text[])
+    LANGUAGE sql STABLE AS $$
+    SELECT COALESCE(pg_catalog.array_agg(s.name), '{}'),
+           COALESCE(pg_catalog.array_agg(s.name) FILTER (WHERE NOT s.hash_keys), '{}'),
+           COALESCE(pg_catalog.array_agg(s.name) FILTER (WHERE s.hash_keys), '{}')
+    FROM idempo.scopes s
+    WHERE idempo.caller_may_review(s.review_role, s.allowed_role)
+      AND (only_scope IS NULL OR s.name OPERATOR(pg_catalog.=) only_scope)
+$$;
+
+-- The forms a key search compares in hash_keys scopes: the text typed and its digest (someone
+-- may paste the digest the console shows).
+CREATE FUNCTION idempo.key_search_forms(key_search text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY[key_search,
+                 pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(key_search, 'UTF8')), 'hex')]
+$$;
+
+-- A page of open reviews, oldest first: the rows of review_queue of the scopes the caller
+-- reviews.  scope, reason: only those; key_search: see reviewer_scopes(); older_than: waiting at
+-- least that long; after_opened_at, after_id: the previous page's last row (keyset paging);
+-- page_size: rows at most (NULL: all).  The query is planned with the values (EXECUTE), so a page
+-- is a range of reviews_queue_idx.
+CREATE FUNCTION idempo.review_queue_page(
+    scope           text        DEFAULT NULL,
+    reason          text        DEFAULT NULL,
+    key_search      text        DEFAULT NULL,
+    older_than      interval    DEFAULT NULL,
+    after_opened_at timestamptz DEFAULT NULL,
+    after_id        bigint      DEFAULT NULL,
+    page_size       integer     DEFAULT 50)
+    RETURNS SETOF idempo.review_queue
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 50 AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT * INTO v FROM idempo.reviewer_scopes(review_queue_page.scope);
+    RETURN QUERY EXECUTE $q$
+        SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
+               GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
+               o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
+               r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
+        FROM idempo.reviews r
+        LEFT JOIN idempo.operations o
+               ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
+        WHERE r.resolved_at IS NULL
+          AND r.scope OPERATOR(pg_catalog.=) ANY ($1)
+          AND ($4::text IS NULL OR r.reason OPERATOR(pg_catalog.=) $4)
+          AND ($5::text IS NULL
+               OR (r.scope OPERATOR(pg_catalog.=) ANY ($2) AND pg_catalog.starts_with(r.key, $5))
+               OR (r.scope OPERATOR(pg_catalog.=) ANY ($3) AND r.key OPERATOR(pg_catalog.=) ANY (idempo.key_search_forms($5))))
+          AND ($6::interval IS NULL
+               OR GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) OPERATOR(pg_catalog.>=) $6)
+          AND ($7::timestamptz IS NULL
+               OR (r.opened_at, r.id) OPERATOR(pg_catalog.>) ($7, COALESCE($8, 0)))
+        ORDER BY r.opened_at, r.id
+        LIMIT $9
+    $q$ USING v.visible, v.clear, v.hashed, reason, key_search, older_than, after_opened_at, after_id, page_size;
+END
+$$;
+COMMENT ON FUNCTION idempo.review_queue_page(text, text, text, interval, timestamptz, bigint, integer) IS
+    'A page of open reviews of the scopes the caller may review, oldest first (review_queue''s rows).';
+
+-- A page of open conflicts, oldest first (conflict_queue's rows); the arguments as in
+-- review_queue_page().  A range of conflicts_queue_idx.
+CREATE FUNCTION idempo.conflict_queue_page(
+    scope                   text        DEFAULT NULL,
+    key_search              text        DEFAULT NULL,
+    older_than              interval    DEFAULT NULL,
+    after_first_detected_at timestamptz DEFAULT NULL,
+    after_id                bigint      DEFAULT NULL,
+    page_size               integer     DEFAULT 50)
+    RETURNS SETOF idempo.conflict_queue
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 50 AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT * INTO v FROM idempo.reviewer_scopes(conflict_queue_page.scope);
+    RETURN QUERY EXECUTE $q$
+        SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
+               GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
+               o.status AS stored_status, o.target_ref AS stored_target_ref,
+               (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
+                           'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
+                  FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
+               c.stored_params, c.incoming_params
+        FROM idempo.conflicts c
+        LEFT JOIN idempo.operations o
+               ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
+        WHERE c.resolved_at IS NULL
+          AND c.scope OPERATOR(pg_catalog.=) ANY ($1)
+          AND ($4::text IS NULL
+               OR (c.scope OPERATOR(pg_catalog.=) ANY ($2) AND pg_catalog.starts_with(c.key, $4))
+               OR (c.scope OPERATOR(pg_catalog.=) ANY ($3) AND c.key OPERATOR(pg_catalog.=) ANY (idempo.key_search_forms($4))))
+          AND ($5::interval IS NULL
+               OR GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) OPERATOR(pg_catalog.>=) $5)
+          AND ($6::timestamptz IS NULL
+               OR (c.first_detected_at, c.id) OPERATOR(pg_catalog.>) ($6, COALESCE($7, 0)))
+        ORDER BY c.first_detected_at, c.id
+        LIMIT $8
+    $q$ USING v.visible, v.clear, v.hashed, key_search, older_than, after_first_detected_at, after_id, page_size;
+END
+$$;
+COMMENT ON FUNCTION idempo.conflict_queue_page(text, text, interval, timestamptz, bigint, integer) IS
+    'A page of open conflicts of the scopes the caller may review, oldest first (conflict_queue''s rows).';
+
+-- A page of operations whose outcome is unknown, the longest in doubt first (unknown_queue's
+-- rows); after_*: the previous page's last row.
+CREATE FUNCTION idempo.unknown_queue_page(
+    scope                 text        DEFAULT NULL,
+    key_search            text        DEFAULT NULL,
+    older_than            interval    DEFAULT NULL,
+    after_last_attempt_at timestamptz DEFAULT NULL,
+    after_scope           text        DEFAULT NULL,
+    after_key             text        DEFAULT NULL,
+    page_size             integer     DEFAULT 50)
+    RETURNS SETOF idempo.unknown_queue
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 50 AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT * INTO v FROM idempo.reviewer_scopes(unknown_queue_page.scope);
+    RETURN QUERY EXECUTE $q$
+        SELECT o.scope, o.key, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at,
+               GREATEST(idempo.now() OPERATOR(pg_catalog.-) o.last_attempt_at, '0'::interval) AS waiting,
+               o.lease_expires_at AS verifying_until
+        FROM idempo.operations o
+        WHERE o.status OPERATOR(pg_catalog.=) 'unknown'
+          AND o.scope OPERATOR(pg_catalog.=) ANY ($1)
+          AND ($4::text IS NULL
+               OR (o.scope OPERATOR(pg_catalog.=) ANY ($2) AND pg_catalog.starts_with(o.key, $4))
+               OR (o.scope OPERATOR(pg_catalog.=) ANY ($3) AND o.key OPERATOR(pg_catalog.=) ANY (idempo.key_search_forms($4))))
+          AND ($5::interval IS NULL
+               OR GREATEST(idempo.now() OPERATOR(pg_catalog.-) o.last_attempt_at, '0'::interval) OPERATOR(pg_catalog.>=) $5)
+          AND ($6::timestamptz IS NULL
+               OR (o.last_attempt_at, o.scope, o.key) OPERATOR(pg_catalog.>) ($6, COALESCE($7, ''), COALESCE($8, '')))
+        ORDER BY o.last_attempt_at, o.scope, o.key
+        LIMIT $9
+    $q$ USING v.visible, v.clear, v.hashed, key_search, older_than, after_last_attempt_at, after_scope, after_key,
+              page_size;
+END
+$$;
+COMMENT ON FUNCTION idempo.unknown_queue_page(text, text, interval, timestamptz, text, text, integer) IS
+    'A page of unknown operations of the scopes the caller may review, longest in doubt first (unknown_queue''s rows).';
+
+-- The records (scopes[i], keys[i]) of the scopes the caller reviews: their operations, their open
+-- reviews, their open conflicts.  Keys as stored (the digest in hash_keys scopes).  Each pair is
+-- a primary key or open-index lookup.
+CREATE FUNCTION idempo.reviewable_operations_of(scopes text[], keys text[])
+    RETURNS SETOF idempo.reviewable_operations
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 10 AS $$
+DECLARE
+    visible text[] := (idempo.reviewer_scopes(NULL)).visible;
+BEGIN
+    RETURN QUERY
+        SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_seen_at,
+               o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
+               o.target_ref, o.error, o.params, o.attempt_base
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
+        JOIN idempo.operations o ON o.scope OPERATOR(pg_catalog.=) p.s AND o.key OPERATOR(pg_catalog.=) p.k
+        WHERE o.scope OPERATOR(pg_catalog.=) ANY (visible);
+END
+$$;
+COMMENT ON FUNCTION idempo.reviewable_operations_of(text[], text[]) IS
+    'The operations (scopes[i], keys[i]) of the scopes the caller may review.';
+
+CREATE FUNCTION idempo.open_reviews_of(scopes text[], keys text[])
+    RETURNS SETOF idempo.review_queue
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 10 AS $$
+DECLARE
+    visible text[] := (idempo.reviewer_scopes(NULL)).visible;
+BEGIN
+    RETURN QUERY
+        SELECT r.id, r.scope, r.key, r.reason, r.opened_at,
+               GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
+               o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
+               r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
+        JOIN idempo.reviews r ON r.scope OPERATOR(pg_catalog.=) p.s AND r.key OPERATOR(pg_catalog.=) p.k
+        LEFT JOIN idempo.operations o
+               ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
+        WHERE r.resolved_at IS NULL
+          AND r.scope OPERATOR(pg_catalog.=) ANY (visible)
+        ORDER BY r.opened_at, r.id;
+END
+$$;
+COMMENT ON FUNCTION idempo.open_reviews_of(text[], text[]) IS
+    'The open reviews of the records (scopes[i], keys[i]) of the scopes the caller may review (review_queue''s rows).';
+
+CREATE FUNCTION idempo.open_conflicts_of(scopes text[], keys text[])
+    RETURNS SETOF idempo.conflict_queue
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 10 AS $$
+DECLARE
+    visible text[] := (idempo.reviewer_scopes(NULL)).visible;
+BEGIN
+    RETURN QUERY
+        SELECT c.id, c.scope, c.key, c.occurrences, c.first_detected_at, c.last_detected_at,
+               GREATEST(idempo.now() OPERATOR(pg_catalog.-) c.first_detected_at, '0'::interval) AS waiting, c.run_id,
+               o.status AS stored_status, o.target_ref AS stored_target_ref,
+               (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('field', d.field,
+                           'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
+                  FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
+               c.stored_params, c.incoming_params
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
+        JOIN idempo.conflicts c ON c.scope OPERATOR(pg_catalog.=) p.s AND c.key OPERATOR(pg_catalog.=) p.k
+        LEFT JOIN idempo.operations o
+               ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
+        WHERE c.resolved_at IS NULL
+          AND c.scope OPERATOR(pg_catalog.=) ANY (visible)
+        ORDER BY c.id;
+END
+$$;
+COMMENT ON FUNCTION idempo.open_conflicts_of(text[], text[]) IS
+    'The open conflicts of the records (scopes[i], keys[i]) of the scopes the caller may review (conflict_queue''s rows).';
+
+-- The audit events of one record (key as stored), in order, if the caller reviews its scope.
+CREATE FUNCTION idempo.reviewable_events_of(scope text, key text)
+    RETURNS SETOF idempo.reviewable_events
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 20 AS $$
+DECLARE
+    visible text[] := (idempo.reviewer_scopes(reviewable_events_of.scope)).visible;
+BEGIN
+    RETURN QUERY
+        SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
+               e.action, e.actor
+        FROM idempo.events e
+        WHERE e.scope OPERATOR(pg_catalog.=) reviewable_events_of.scope
+          AND e.key OPERATOR(pg_catalog.=) reviewable_events_of.key
+          AND e.scope OPERATOR(pg_catalog.=) ANY (visible)
+        ORDER BY e.id;
+END
+$$;
+COMMENT ON FUNCTION idempo.reviewable_events_of(text, text) IS
+    'The audit events of one record of a scope the caller may review, in order.';
+
+-- The audit events since a time, of the scopes the caller reviews (what a day's activity is
+-- counted from; a BRIN range of events_at_idx).
+CREATE FUNCTION idempo.reviewable_events_since(since timestamptz)
+    RETURNS SETOF idempo.reviewable_events
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 1000 AS $$
+DECLARE
+    visible text[] := (idempo.reviewer_scopes(NULL)).visible;
+BEGIN
+    RETURN QUERY
+        SELECT e.id, e.at, e.scope, e.key, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
+               e.action, e.actor
+        FROM idempo.events e
+        WHERE e.at OPERATOR(pg_catalog.>=) since
+          AND e.scope OPERATOR(pg_catalog.=) ANY (visible);
+END
+$$;
+COMMENT ON FUNCTION idempo.reviewable_events_since(timestamptz) IS
+    'The audit events at or after since, of the scopes the caller may review.';
+
 -- Rows that break the state machine's invariants (src/idempo.h); empty when all is well.
 -- Used by the tests after every fault; cheap enough to run by hand on a live system.
 CREATE FUNCTION idempo.check_consistency()

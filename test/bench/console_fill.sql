@@ -10,9 +10,16 @@ CREATE ROLE bench_billing_reviewers;
 CREATE ROLE bench_reviewers;
 CREATE ROLE bench_rita LOGIN PASSWORD 'rita-pw' IN ROLE bench_reviewers, bench_billing_reviewers;
 GRANT USAGE ON SCHEMA idempo TO bench_reviewers;
-GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
-    idempo.reviewable_operations, idempo.reviewable_events TO bench_reviewers;
+GRANT SELECT ON idempo.scopes, idempo.stats TO bench_reviewers;
 GRANT EXECUTE ON FUNCTION
+    idempo.review_queue_page(text, text, text, interval, timestamptz, bigint, integer),
+    idempo.conflict_queue_page(text, text, interval, timestamptz, bigint, integer),
+    idempo.unknown_queue_page(text, text, interval, timestamptz, text, text, integer),
+    idempo.reviewable_operations_of(text[], text[]),
+    idempo.open_reviews_of(text[], text[]),
+    idempo.open_conflicts_of(text[], text[]),
+    idempo.reviewable_events_of(text, text),
+    idempo.reviewable_events_since(timestamptz),
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.resolve_conflict(bigint, text, text, text),

@@ -59,9 +59,16 @@ GRANT alice, bob, carol, console_outsider, console_sso_root TO console_sso;
 # docs/console.md's grant set
 GRANTS = """
 GRANT USAGE ON SCHEMA idempo TO console_reviewer;
-GRANT SELECT ON idempo.scopes, idempo.review_queue, idempo.conflict_queue, idempo.unknown_queue, idempo.stats,
-    idempo.reviewable_operations, idempo.reviewable_events TO console_reviewer;
+GRANT SELECT ON idempo.scopes, idempo.stats TO console_reviewer;
 GRANT EXECUTE ON FUNCTION
+    idempo.review_queue_page(text, text, text, interval, timestamptz, bigint, integer),
+    idempo.conflict_queue_page(text, text, interval, timestamptz, bigint, integer),
+    idempo.unknown_queue_page(text, text, interval, timestamptz, text, text, integer),
+    idempo.reviewable_operations_of(text[], text[]),
+    idempo.open_reviews_of(text[], text[]),
+    idempo.open_conflicts_of(text[], text[]),
+    idempo.reviewable_events_of(text, text),
+    idempo.reviewable_events_since(timestamptz),
     idempo.resolve(text, text, text, text, text, jsonb, text),
     idempo.verify(text, text, integer, boolean, text, jsonb),
     idempo.resolve_conflict(bigint, text, text, text),

@@ -70,9 +70,6 @@ MUTANTS = [
      'idempo/console/app.py', "        if settings.read_only:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
      "        if False:\n            return page(request, 'error.html', 403, s, message='This console is read-only.')\n        note",
      'console_tests/test_console_http.py::test_read_only_offers_and_takes_no_decision'),
-    ('console-keyset-repeats', "a queue's next page starts at the last row shown, not after it: rows repeat",
-     'idempo/console/db.py', "OR (x.last_attempt_at, x.scope, x.key) > (", "OR (x.last_attempt_at, x.scope, x.key) >= (",
-     'console_tests/test_console_http.py::test_queues_page_by_keyset'),
     ('console-csrf-unchecked', "a decision is taken without the session's CSRF token: another site's form decides "
      'as the signed-in reviewer',
      'idempo/console/app.py', "                        not hmac.compare_digest(form.get('csrf', '').encode(), s.csrf.encode()):",

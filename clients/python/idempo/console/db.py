@@ -2,9 +2,11 @@
 
 Visibility: a person sees a scope's records when the database says they review it
 (idempo.may_review: its review_role, else its allowed_role, else anyone; docs/security.md).
-The views read here show only those scopes, and idempo's decision functions refuse the others;
-every query also joins VISIBLE, so the pages that read idempo.stats or idempo.scopes (every
-scope) show the same scopes as the queues.
+Every record, queue and event is read through idempo's reader functions (review_queue_page(),
+reviewable_operations_of(), ...), which return only those scopes and take the page's conditions
+as arguments, so that nothing a query adds runs on another scope's rows (docs/security.md); the
+decision functions refuse the others; the pages that read idempo.stats or idempo.scopes (every
+scope) join VISIBLE, so they show the same scopes as the queues.
 
 Staleness: every page that offers a decision carries a token of the state it showed (the
 record, its open review, its open conflicts).  A decision runs in one REPEATABLE READ
@@ -27,14 +29,8 @@ from psycopg.rows import dict_row
 PAGE = 50
 
 # the scopes the current role reviews (joined as s): the database's rule, idempo.may_review (the
-# views below filter by it already; idempo.stats and idempo.scopes show every scope)
+# reader functions below filter by it already; idempo.stats and idempo.scopes show every scope)
 VISIBLE = "idempo.may_review(s.review_role, s.allowed_role)"
-
-# a search term (_key_filter's values): a key in clear, its digest in hash_keys scopes (never
-# compared in clear there)
-KEY_MATCH = """(%(q)s::text IS NULL
-    OR (x.scope = ANY (%(clear)s::text[]) AND pg_catalog.starts_with(x.key, %(q)s))
-    OR (x.scope = ANY (%(hashed)s::text[]) AND x.key = ANY (%(forms)s::text[])))"""
 
 
 CHANGED_WHILE = 'The record changed while you decided: nothing was decided. This is the record as it is now.'
@@ -148,9 +144,11 @@ def overview(conn):
     rows = conn.execute(f"""SELECT st.* FROM idempo.stats AS st JOIN idempo.scopes AS s ON s.name = st.scope
         WHERE {VISIBLE} ORDER BY st.scope""").fetchall()
     # the first row of each queue, in the queue's order (see the queues below: no ORDER BY here)
-    oldest = (_with_hash_keys(conn, conn.execute('SELECT q.scope, q.key, q.waiting FROM idempo.review_queue AS q '
-                                                 'LIMIT 1').fetchall()) or [None])[0]
-    oldest_unknown = conn.execute('SELECT x.scope, x.key, x.waiting FROM idempo.unknown_queue AS x LIMIT 1').fetchone()
+    oldest = (_with_hash_keys(conn, conn.execute('SELECT q.scope, q.key, q.waiting '
+                                                 'FROM idempo.review_queue_page(page_size => 1) AS q').fetchall())
+              or [None])[0]
+    oldest_unknown = conn.execute('SELECT x.scope, x.key, x.waiting '
+                                  'FROM idempo.unknown_queue_page(page_size => 1) AS x').fetchone()
     try:
         with conn.transaction():
             workers = conn.execute('SELECT kind, state, rounds, last_round_at FROM idempo.workers()').fetchall()
@@ -183,8 +181,8 @@ def activity(conn):
                         interval '1 day') AS d),
                 per_day AS (
                     SELECT date_trunc('day', e.at) AS day, {counts}
-                    FROM idempo.reviewable_events AS e
-                    WHERE e.at >= date_trunc('day', idempo.now()) - interval '{DAYS - 1} days'
+                    FROM idempo.reviewable_events_since(
+                        date_trunc('day', idempo.now()) - interval '{DAYS - 1} days') AS e
                     GROUP BY 1)
                 SELECT days.day, {', '.join(f'COALESCE(per_day.c{i}, 0) AS c{i}' for i in range(len(ACTIVITY)))}
                 FROM days LEFT JOIN per_day ON per_day.day = days.day ORDER BY days.day""").fetchall()
@@ -225,25 +223,11 @@ def _age(minutes):
     return datetime.timedelta(minutes=minutes) if minutes else None
 
 
-# The queues read idempo's views alone, with no join, grouping or ORDER BY of their own: the views
-# are security_barrier views, which PostgreSQL plans as subqueries, and a subquery is planned for
-# the first rows (an index range in the queue's order, review_queue's and conflict_queue's
-# partial indexes) only when the query around it does nothing but filter and LIMIT; the rows come
-# in the view's order (its ORDER BY), which such a query keeps.  A join with idempo.scopes or an
-# ORDER BY here made PostgreSQL read every open review to sort them (0.5 s at 10^5 reviews).
-# The filters that PostgreSQL may evaluate inside the view (leakproof comparisons of columns) are
-# index conditions there; the key search (starts_with) is evaluated on the rows the view returns.
-
-
-def _key_filter(conn, q):
-    """KEY_MATCH's values for a key searched: the scopes (visible to the person) that keep keys in
-    clear, those that keep digests, and the forms a digest search compares."""
-    if q is None:
-        return dict(q=None, clear=[], hashed=[], forms=[])
-    rows = scopes(conn)
-    digest = hashlib.sha256(q.encode()).hexdigest()
-    return dict(q=q, clear=[r['name'] for r in rows if not r['hash_keys']],
-                hashed=[r['name'] for r in rows if r['hash_keys']], forms=[q, digest])
+# The queues are pages of idempo's reader functions, which take the page's conditions (scope,
+# reason, key searched, age, the previous page's last row, the page's size) as arguments: the
+# function filters by the caller's scopes first and plans the page with the values, an index range
+# in the queue's order (review_queue's and conflict_queue's partial indexes).  A key searched is a
+# prefix of keys kept in clear, and the whole key (compared by its digest) in hash_keys scopes.
 
 
 def _with_hash_keys(conn, rows):
@@ -255,70 +239,59 @@ def _with_hash_keys(conn, rows):
 
 def reviews(conn, scope=None, reason=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, i = _after(after, 2)
-    return _with_hash_keys(conn, conn.execute(f"""SELECT x.id, x.scope, x.key, x.reason, x.opened_at, x.waiting,
+    return _with_hash_keys(conn, conn.execute("""SELECT x.id, x.scope, x.key, x.reason, x.opened_at, x.waiting,
                x.status, x.attempt, x.detail
-        FROM idempo.review_queue AS x
-        WHERE (%(scope)s::text IS NULL OR x.scope = %(scope)s)
-          AND (%(reason)s::text IS NULL OR x.reason = %(reason)s) AND {KEY_MATCH}
-          AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
-          AND (%(t)s::timestamptz IS NULL OR (x.opened_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
-        LIMIT %(limit)s""",
-                        dict(_key_filter(conn, q), scope=scope, reason=reason, age=_age(older_than), t=t, i=i,
+        FROM idempo.review_queue_page(scope => %(scope)s::text, reason => %(reason)s::text,
+            key_search => %(q)s::text, older_than => %(age)s::interval, after_opened_at => %(t)s::timestamptz,
+            after_id => %(i)s::bigint, page_size => %(limit)s::integer) AS x""",
+                        dict(scope=scope, reason=reason, q=q, age=_age(older_than), t=t, i=i,
                              limit=limit)).fetchall())
 
 
 def conflicts(conn, scope=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, i = _after(after, 2)
-    return _with_hash_keys(conn, conn.execute(f"""SELECT x.id, x.scope, x.key, x.occurrences, x.first_detected_at,
+    return _with_hash_keys(conn, conn.execute("""SELECT x.id, x.scope, x.key, x.occurrences, x.first_detected_at,
                x.waiting, x.stored_status, x.changed_fields
-        FROM idempo.conflict_queue AS x
-        WHERE (%(scope)s::text IS NULL OR x.scope = %(scope)s) AND {KEY_MATCH}
-          AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
-          AND (%(t)s::timestamptz IS NULL OR (x.first_detected_at, x.id) > (%(t)s::timestamptz, %(i)s::bigint))
-        LIMIT %(limit)s""",
-                        dict(_key_filter(conn, q), scope=scope, age=_age(older_than), t=t, i=i,
-                             limit=limit)).fetchall())
+        FROM idempo.conflict_queue_page(scope => %(scope)s::text, key_search => %(q)s::text,
+            older_than => %(age)s::interval, after_first_detected_at => %(t)s::timestamptz,
+            after_id => %(i)s::bigint, page_size => %(limit)s::integer) AS x""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, i=i, limit=limit)).fetchall())
 
 
 def unknown(conn, scope=None, q=None, older_than=None, after=None, limit=PAGE + 1):
     t, sc, k = _after(after, 3)
-    return _with_hash_keys(conn, conn.execute(f"""SELECT x.scope, x.key, x.attempt, x.last_attempt_at, x.waiting
-        FROM idempo.unknown_queue AS x
-        WHERE (%(scope)s::text IS NULL OR x.scope = %(scope)s)
-          AND {KEY_MATCH} AND (%(age)s::interval IS NULL OR x.waiting >= %(age)s)
-          AND (%(t)s::timestamptz IS NULL
-               OR (x.last_attempt_at, x.scope, x.key) > (%(t)s::timestamptz, %(sc)s::text, %(k)s::text))
-        LIMIT %(limit)s""",
-                        dict(_key_filter(conn, q), scope=scope, age=_age(older_than), t=t, sc=sc, k=k,
+    return _with_hash_keys(conn, conn.execute("""SELECT x.scope, x.key, x.attempt, x.last_attempt_at, x.waiting
+        FROM idempo.unknown_queue_page(scope => %(scope)s::text, key_search => %(q)s::text,
+            older_than => %(age)s::interval, after_last_attempt_at => %(t)s::timestamptz,
+            after_scope => %(sc)s::text, after_key => %(k)s::text, page_size => %(limit)s::integer) AS x""",
+                        dict(scope=scope, q=q, age=_age(older_than), t=t, sc=sc, k=k,
                              limit=limit)).fetchall())
 
 
-# (scope, key) pairs, as two arrays of the scopes and the keys: restrictions PostgreSQL evaluates
-# inside the reviewer's views (an index scan), where a join with the pairs would read the whole
-# view; the rows of other pairs of the cross product are dropped here
-PAIRS = 'x.scope = ANY (%(scopes)s::text[]) AND x.key = ANY (%(keys)s::text[])'
+# (scope, key) pairs, as two arrays of the same length: the i-th scope with the i-th key
+PAIRS = 'scopes => %(scopes)s::text[], keys => %(keys)s::text[]'
 
 
 def _states(conn, pairs):
     """The record, its open review and its open conflicts (what a state token is made of) of each
     (scope, key), read together: {(scope, key): (op, review, conflicts)} (visibility is the caller's)."""
     out = {p: (None, None, []) for p in pairs}
-    arrays = dict(scopes=sorted({p[0] for p in pairs}), keys=sorted({p[1] for p in pairs}))
+    arrays = dict(scopes=[p[0] for p in pairs], keys=[p[1] for p in pairs])
     for op in conn.execute(f"""SELECT x.*,
                (x.status IN ('succeeded', 'failed') AND x.expires_at <= idempo.now()) AS remembered
-        FROM idempo.reviewable_operations AS x WHERE {PAIRS}""", arrays).fetchall():
+        FROM idempo.reviewable_operations_of({PAIRS}) AS x""", arrays).fetchall():
         k = (op['scope'], op['key'])
         if k in out:
             out[k] = (op,) + out[k][1:]
     for r in conn.execute(f"""SELECT x.scope AS _scope, x.key AS _key, x.id, x.reason, x.opened_at, x.waiting, x.detail,
                x.snapshot
-        FROM idempo.review_queue AS x WHERE {PAIRS}""", arrays).fetchall():
+        FROM idempo.open_reviews_of({PAIRS}) AS x""", arrays).fetchall():
         k = (r.pop('_scope'), r.pop('_key'))
         if k in out and out[k][1] is None:
             out[k] = (out[k][0], r, out[k][2])
     for c in conn.execute(f"""SELECT x.scope AS _scope, x.key AS _key, x.id, x.occurrences, x.first_detected_at,
                x.last_detected_at, x.waiting, x.run_id, x.changed_fields, x.stored_params, x.incoming_params
-        FROM idempo.conflict_queue AS x WHERE {PAIRS}""", arrays).fetchall():
+        FROM idempo.open_conflicts_of({PAIRS}) AS x""", arrays).fetchall():
         k = (c.pop('_scope'), c.pop('_key'))
         if k in out:
             out[k][2].append(c)
@@ -340,8 +313,9 @@ def record(conn, scope_name, key, history=True):
         with conn.transaction():
             if not history:
                 raise _NoHistory
-            events = conn.execute("""SELECT id, at, run_id, attempt, from_status, to_status, outcome, action, actor
-                FROM idempo.reviewable_events WHERE scope = %s AND key = %s ORDER BY id""", (scope_name, key)).fetchall()
+            events = conn.execute("""SELECT e.id, e.at, e.run_id, e.attempt, e.from_status, e.to_status, e.outcome,
+                       e.action, e.actor
+                FROM idempo.reviewable_events_of(%s, %s) AS e ORDER BY e.id""", (scope_name, key)).fetchall()
     except (psycopg.errors.InsufficientPrivilege, _NoHistory):
         pass
     rec = dict(scope=s, key=key, op=op, review=review, conflicts=conflicts_, events=events)

@@ -115,7 +115,7 @@ OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{%
 </tbody></table></div>
 <p class="muted">Bars: in progress (blue), unknown (ochre), in review (red), open conflicts (purple).</p>
 <h2>The last {{ days|length if days else 14 }} days</h2>
-{% if days is none %}<p class="muted">idempo.reviewable_events cannot be read here (your role may not).</p>
+{% if days is none %}<p class="muted">The audit events cannot be read here (your role may not execute idempo.reviewable_events_since).</p>
 {% else %}<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table id="activity">
 <caption class="muted">Per day, oldest first, from the audit log of the scopes you review (scopes with audit on)</caption>
 <thead><tr><th scope="col">What</th><th scope="col">Per day</th><th scope="col">Total</th><th scope="col">Today</th></tr></thead>
@@ -302,7 +302,7 @@ RECORD = """{% extends "base.html" %}{% block title %}Record{% endblock %}{% blo
 {% endfor %}
 
 <h2>History</h2>
-{% if rec.events is none %}<p class="muted">Your role may not read idempo.reviewable_events.</p>
+{% if rec.events is none %}<p class="muted">Your role may not read the audit events (idempo.reviewable_events_of).</p>
 {% elif not rec.events %}<p class="muted">No events{% if not sc.audit %} (the scope is not audited){% endif %}.</p>
 {% else %}<div class="scroll" tabindex="0" role="region" aria-label="Table, scrolls sideways"><table id="history"><thead><tr><th scope="col">When</th><th scope="col">Action</th><th scope="col">From</th><th scope="col">To</th><th scope="col">Attempt</th><th scope="col">Outcome</th><th scope="col">By</th></tr></thead><tbody>
 {% for e in rec.events %}<tr><td>{{ e.at|ts }}</td><td>{{ e.action }}</td><td>{{ e.from_status or '' }}</td><td>{{ e.to_status or '' }}</td><td>{{ e.attempt if e.attempt is not none else '' }}</td><td>{{ e.outcome or '' }}</td><td>{{ e.actor }}</td></tr>{% endfor %}
