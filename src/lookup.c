@@ -6,7 +6,8 @@
  * The record holds the stored result, so a scope's allowed_role gates this
  * read like the writes: one application cannot read another's results.  A
  * disabled scope can still be looked at.  Reviewers see records through the
- * views they have SELECT on (review_queue, conflict_queue), not this call.
+ * reader functions (reviewable_operations_of(), review_queue_page(), ...),
+ * not this call.
  *
  *-------------------------------------------------------------------------
  */

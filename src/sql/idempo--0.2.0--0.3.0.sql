@@ -1144,7 +1144,7 @@ $$;
 -- The forms a key search compares in hash_keys scopes: the text typed and its digest (someone
 -- may paste the digest the console shows).
 CREATE FUNCTION idempo.key_search_forms(key_search text) RETURNS text[]
-    LANGUAGE sql IMMUTABLE AS $$
+    LANGUAGE sql STABLE AS $$
     SELECT ARRAY[key_search,
                  pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(key_search, 'UTF8')), 'hex')]
 $$;

@@ -889,9 +889,8 @@ $$;
 
 ------------------------------------------------------------------------------------------------
 -- Who may review (src/review_rights.c): a scope's review_role, else its allowed_role, else any
--- role with the grants; idempo's owner always.  The views a reviewer reads show only the scopes
--- the current role may review (security_barrier: a function of the caller's in a WHERE clause
--- cannot see the rows before the filter does).
+-- role with the grants; idempo's owner always.  The views below show only the scopes the current
+-- role may review; a reviewer reads through the functions after them, which filter first.
 ------------------------------------------------------------------------------------------------
 
 -- PARALLEL UNSAFE: it may read the scope as committed now (src/scope_cache.c), which a query
@@ -1071,7 +1070,7 @@ $$;
 -- The forms a key search compares in hash_keys scopes: the text typed and its digest (someone
 -- may paste the digest the console shows).
 CREATE FUNCTION idempo.key_search_forms(key_search text) RETURNS text[]
-    LANGUAGE sql IMMUTABLE AS $$
+    LANGUAGE sql STABLE AS $$
     SELECT ARRAY[key_search,
                  pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(key_search, 'UTF8')), 'hex')]
 $$;
