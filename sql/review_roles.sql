@@ -261,6 +261,21 @@ RESET parallel_tuple_cost;
 RESET min_parallel_table_scan_size;
 DROP TABLE regress_rr_many;
 
+-- A key searched in a hash_keys scope is the whole key, compared by its digest (or the digest
+-- itself): never a prefix, which would let a reader guess a key a character at a time
+SELECT name FROM idempo.create_scope('vault', hash_keys => true);
+SELECT outcome FROM idempo.claim('vault', 'secret-1');
+SET idempo.clock_offset = '10 minutes';
+SELECT outcome FROM idempo.claim('vault', 'secret-1');
+RESET idempo.clock_offset;
+SELECT idempo.stored_key('vault', 'secret-1') AS digest \gset
+SET ROLE regress_rr_sam;
+SELECT n, count(x.key) AS found FROM unnest(ARRAY['secret-1', 'secret', 's', :'digest', left(:'digest', 8)])
+        WITH ORDINALITY AS t(q, n)
+    LEFT JOIN LATERAL idempo.unknown_queue_page(scope => 'vault', key_search => t.q) x ON true
+GROUP BY t.n ORDER BY t.n;
+RESET ROLE;
+
 -- check_reviewer() is idempo's own: nobody else may execute it
 SET ROLE regress_rr_rita;
 SELECT regress.err($$SELECT idempo.check_reviewer('open', 'k-1', 'regress_rr_sam', 'resolve')$$) AS not_granted;
