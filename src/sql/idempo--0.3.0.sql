@@ -1203,8 +1203,9 @@ COMMENT ON FUNCTION idempo.unknown_queue_page(text, text, interval, timestamptz,
     'A page of unknown operations of the scopes the caller may review, longest in doubt first (unknown_queue''s rows).';
 
 -- The records (scopes[i], keys[i]) of the scopes the caller reviews: their operations, their open
--- reviews, their open conflicts.  Keys as stored (the digest in hash_keys scopes).  Each pair is
--- a primary key or open-index lookup.
+-- reviews, their open conflicts.  Keys as stored (the digest in hash_keys scopes).  The pairs of
+-- other scopes are dropped before any lookup (not even their time tells); each other pair is a
+-- primary key or open-index lookup.
 CREATE FUNCTION idempo.reviewable_operations_of(scopes text[], keys text[])
     RETURNS SETOF idempo.reviewable_operations
     LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp ROWS 10 AS $$
@@ -1215,9 +1216,9 @@ BEGIN
         SELECT o.scope, o.key, o.fingerprint, o.status, o.attempt, o.run_id, o.first_seen_at,
                o.last_attempt_at, o.lease_expires_at, o.completed_at, o.expires_at, o.sweep_at, o.result,
                o.target_ref, o.error, o.params, o.attempt_base
-        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
-        JOIN idempo.operations o ON o.scope OPERATOR(pg_catalog.=) p.s AND o.key OPERATOR(pg_catalog.=) p.k
-        WHERE o.scope OPERATOR(pg_catalog.=) ANY (visible);
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)
+              WHERE p.s OPERATOR(pg_catalog.=) ANY (visible)) p
+        JOIN idempo.operations o ON o.scope OPERATOR(pg_catalog.=) p.s AND o.key OPERATOR(pg_catalog.=) p.k;
 END
 $$;
 COMMENT ON FUNCTION idempo.reviewable_operations_of(text[], text[]) IS
@@ -1234,12 +1235,12 @@ BEGIN
                GREATEST(idempo.now() OPERATOR(pg_catalog.-) r.opened_at, '0'::interval) AS waiting,
                o.status, o.attempt, o.run_id, o.first_seen_at, o.last_attempt_at, o.target_ref,
                r.detail, pg_catalog.to_jsonb(r.operation) AS snapshot
-        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)
+              WHERE p.s OPERATOR(pg_catalog.=) ANY (visible)) p
         JOIN idempo.reviews r ON r.scope OPERATOR(pg_catalog.=) p.s AND r.key OPERATOR(pg_catalog.=) p.k
         LEFT JOIN idempo.operations o
                ON o.scope OPERATOR(pg_catalog.=) r.scope AND o.key OPERATOR(pg_catalog.=) r.key
         WHERE r.resolved_at IS NULL
-          AND r.scope OPERATOR(pg_catalog.=) ANY (visible)
         ORDER BY r.opened_at, r.id;
 END
 $$;
@@ -1260,12 +1261,12 @@ BEGIN
                            'stored', d.stored_value, 'incoming', d.incoming_value) ORDER BY d.field)
                   FROM idempo.params_diff(c.stored_params, c.incoming_params) d) AS changed_fields,
                c.stored_params, c.incoming_params
-        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)) p
+        FROM (SELECT DISTINCT p.s, p.k FROM ROWS FROM (pg_catalog.unnest(scopes), pg_catalog.unnest(keys)) AS p(s, k)
+              WHERE p.s OPERATOR(pg_catalog.=) ANY (visible)) p
         JOIN idempo.conflicts c ON c.scope OPERATOR(pg_catalog.=) p.s AND c.key OPERATOR(pg_catalog.=) p.k
         LEFT JOIN idempo.operations o
                ON o.scope OPERATOR(pg_catalog.=) c.scope AND o.key OPERATOR(pg_catalog.=) c.key
         WHERE c.resolved_at IS NULL
-          AND c.scope OPERATOR(pg_catalog.=) ANY (visible)
         ORDER BY c.id;
 END
 $$;
