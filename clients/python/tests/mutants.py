@@ -16,7 +16,7 @@ import tempfile
 MUTANTS = [
     # the review console (idempo/console): the fences between a person and a wrong decision
     ('console-every-scope-visible', "the console lists every scope to every reviewer: a reviewer of the shop sees "
-     "billing's counts on the overview (the database's views hide billing's records themselves)",
+     "billing's counts on the overview (idempo's reader functions hide billing's records themselves)",
      'idempo/console/db.py', 'VISIBLE = "idempo.may_review(s.review_role, s.allowed_role)"', 'VISIBLE = "true"',
      'console_tests/test_console_http.py::test_a_role_sees_and_decides_nothing_of_other_scopes'),
     ('console-conn-never-renewed', "a person's kept connection is never opened anew: a LOGIN revoked (a password "
