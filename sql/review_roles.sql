@@ -186,7 +186,7 @@ SELECT regress.err(stmt) AS sam_on_billing FROM (VALUES
 ) AS t(stmt);
 SELECT idempo.resolve('open', 'k-1', 'failed', note => 'anyone may: no allowed_role, no review_role');
 RESET ROLE;
--- (sam cannot name the conflict it may not see: resolve_conflict(id) is refused by the rule too)
+-- (sam cannot name the conflict it may not see: for sam, conflict ids of other scopes do not exist)
 SELECT id AS billing_conflict FROM idempo.conflicts WHERE scope = 'billing' \gset
 SET ROLE regress_rr_sam;
 SELECT regress.err($$SELECT idempo.resolve_conflict($$ || :billing_conflict || $$, 'dismissed')$$) AS sam_by_id;

@@ -167,9 +167,15 @@ BEGIN
     -- row can only be locked by a statement that names its key.
     SELECT x.key INTO k FROM idempo.conflicts AS x WHERE x.id = conflict_id;
     SELECT * INTO c FROM idempo.conflicts AS x WHERE x.id = conflict_id AND x.key = k FOR UPDATE;
+    -- a conflict of a scope the caller does not review does not exist for it: conflict ids are a
+    -- sequence, and a refusal naming the scope would list another scope's conflicts
+    IF FOUND AND NOT EXISTS (SELECT FROM idempo.scopes AS s WHERE s.name = c.scope
+                             AND idempo.caller_may_review(s.review_role, s.allowed_role)) THEN
+        FOUND := false;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'conflict % does not exist', conflict_id
-            USING ERRCODE = '42704', HINT = 'Open conflicts are listed in idempo.conflicts where resolved_at is null.';
+            USING ERRCODE = '42704', HINT = 'The open conflicts of the scopes you review are listed by idempo.conflict_queue_page().';
     END IF;
     -- the scope's reviewers only; the name recorded is the caller's (src/review_rights.c); the
     -- refusal names no key: conflict ids are a sequence anyone may try
