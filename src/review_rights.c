@@ -13,8 +13,8 @@
  * idempo.check_reviewer(), the functions a reviewer reads through
  * (review_queue_page() and the others, SECURITY DEFINER) through
  * idempo.caller_may_review(), and the views (review_queue, conflict_queue,
- * reviewable_operations, ...) through idempo.may_review().  Roles are looked up by name at each use, as
- * allowed_role is (scope_cache.c).
+ * reviewable_operations, ...) through idempo.may_review().  Roles are
+ * looked up by name at each use, as allowed_role is (scope_cache.c).
  *
  * A decision records the role that made it.  The reviewer argument of
  * resolve(), resolve_conflict() and release() may be left out (the caller
@@ -168,6 +168,17 @@ idempo_may_review(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(result);
 }
 
+/* The reviewers' role of a scope from its two settings (arguments 0 and 1), as reviewers_role_name(). */
+static const char *
+reviewers_role_arg(FunctionCallInfo fcinfo)
+{
+	if (!PG_ARGISNULL(0))
+		return NameStr(*PG_GETARG_NAME(0));
+	if (!PG_ARGISNULL(1))
+		return NameStr(*PG_GETARG_NAME(1));
+	return NULL;
+}
+
 /*
  * idempo.may_review(review_role name, allowed_role name) RETURNS boolean: the
  * same answer from a scope's two settings, reading no table (see
@@ -177,13 +188,7 @@ idempo_may_review(PG_FUNCTION_ARGS)
 Datum
 idempo_may_review_settings(PG_FUNCTION_ARGS)
 {
-	const char *name = NULL;
-
-	if (!PG_ARGISNULL(0))
-		name = NameStr(*PG_GETARG_NAME(0));
-	else if (!PG_ARGISNULL(1))
-		name = NameStr(*PG_GETARG_NAME(1));
-	PG_RETURN_BOOL(may_review_as(name, GetUserId()));
+	PG_RETURN_BOOL(may_review_as(reviewers_role_arg(fcinfo), GetUserId()));
 }
 
 /*
@@ -193,9 +198,10 @@ idempo_may_review_settings(PG_FUNCTION_ARGS)
  * For the PL/pgSQL decisions (resolve_conflict, release), which run as
  * idempo's owner: refuses a caller who may not review the scope, and
  * returns the name to record.  key is the stored key (the digest in a
- * hash_keys scope), for the message only; NULL: the message names none.  The caller is the role in effect outside
- * SECURITY DEFINER functions (SET ROLE's, else the session's): inside one,
- * the current role is the owner.  Only idempo's owner may execute it.
+ * hash_keys scope), for the message only; NULL: the message names none.
+ * The caller is the role in effect outside SECURITY DEFINER functions (SET
+ * ROLE's, else the session's): inside one, the current role is the owner.
+ * Only idempo's owner may execute it.
  */
 Datum
 idempo_check_reviewer(PG_FUNCTION_ARGS)
@@ -230,11 +236,5 @@ idempo_check_reviewer(PG_FUNCTION_ARGS)
 Datum
 idempo_caller_may_review(PG_FUNCTION_ARGS)
 {
-	const char *name = NULL;
-
-	if (!PG_ARGISNULL(0))
-		name = NameStr(*PG_GETARG_NAME(0));
-	else if (!PG_ARGISNULL(1))
-		name = NameStr(*PG_GETARG_NAME(1));
-	PG_RETURN_BOOL(may_review_as(name, GetOuterUserId()));
+	PG_RETURN_BOOL(may_review_as(reviewers_role_arg(fcinfo), GetOuterUserId()));
 }

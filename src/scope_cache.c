@@ -379,10 +379,6 @@ check_role(const IdempoScope *scope, const char *key, Oid user, bool reviewers_t
 						 scope->allowed_role_name)));
 }
 
-/*
- * Refuses use of a disabled scope, or by a role outside allowed_role.
- * user is the caller's identity (not the owner we run SPI as).
- */
 static void
 refuse_disabled(const IdempoScope *scope, const char *key)
 {
@@ -395,6 +391,10 @@ refuse_disabled(const IdempoScope *scope, const char *key)
 						 scope->name)));
 }
 
+/*
+ * Refuses use of a disabled scope, or by a role outside allowed_role.
+ * user is the caller's identity (not the owner we run SPI as).
+ */
 void
 idempo_scope_check_use(const IdempoScope *scope, const char *key, Oid user)
 {
