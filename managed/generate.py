@@ -29,7 +29,7 @@ Declarations, in managed/sql/*.sql comments:
                                          this hint), so the signature is written once
 Statements of managed/sql/*.sql that replace nothing (helpers) go just before the first
 replacement of their file.  The update scripts (src/sql/idempo--A--B.sql) will be generated the
-same way for pgtle.install_update_path (not yet: 0.3.0 is the first managed version).
+same way for pgtle.install_update_path (not yet: the managed edition is installed anew, from 0.3.0 on).
 """
 import os
 import re

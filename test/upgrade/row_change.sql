@@ -1,4 +1,5 @@
--- The one change ALTER EXTENSION idempo UPDATE (from 0.1.0 or 0.2.0 to 0.3.0) makes to rows,
+-- The one change ALTER EXTENSION idempo UPDATE makes to rows (from 0.1.0 or 0.2.0: 0.3.0 and later
+-- change none; the condition on extversion below),
 -- written independently of the update script: an unknown attempt's last_attempt_at becomes the end
 -- of the lease it had (the scope's, after the claim: the later of its end on the UTC calendar and
 -- its end as 0.2.0 measured it), where verify()'s settle window starts in 0.3.0.  test/upgrade/run and test/packaging/fresh.sh run it before the update
@@ -15,5 +16,6 @@ UPDATE idempo.operations o
                                             + extract(day FROM s.lease))
                                    + extract(epoch FROM s.lease - date_trunc('day', s.lease))))
   FROM idempo.scopes s
- WHERE s.name = o.scope AND o.status = 'unknown';
+ WHERE s.name = o.scope AND o.status = 'unknown'
+   AND (SELECT extversion FROM pg_extension WHERE extname = 'idempo') IN ('0.1.0', '0.2.0');
 \o

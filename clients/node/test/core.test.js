@@ -44,11 +44,24 @@ test('version: an unsupported version is refused, naming the one found and the o
   await assert.rejects(lib.claim('any', 'k'), (err) => {
     assert.ok(err instanceof idempo.UnsupportedVersionError);
     assert.ok(err instanceof idempo.IdempoError);
-    assert.match(err.message, /idempo 0\.4\.0 is installed in this database; idempo for Node\.js 0\.3\.0 needs idempo 0\.3\.x/);
+    assert.match(err.message, /idempo 0\.4\.0 is installed in this database; idempo for Node\.js 1\.0\.0 needs idempo 0\.3\.x or 1\.x/);
     return true;
   });
   const older = new idempo.Idempo(countingAdapter(idempo.pg(pool), '0.2.0'));
   await assert.rejects(older.once('any', 'k', async () => 1), idempo.UnsupportedVersionError);
+  // 1.x keeps 0.3.0's API (docs/upgrading.md): 2.0 and 10.0 are refused
+  for (const v of ['2.0.0', '10.0.0']) {
+    const newer = new idempo.Idempo(countingAdapter(idempo.pg(pool), v));
+    await assert.rejects(newer.claim('any', 'k'), idempo.UnsupportedVersionError);
+  }
+});
+
+test('version: 0.3.x and every 1.y are spoken', async () => {
+  for (const v of ['0.3.0', '0.3.7', '1.0.0', '1.4.2']) {
+    const lib = new idempo.Idempo(countingAdapter(idempo.pg(pool), v));
+    const scope = await newScope(pool, 'core.version');
+    assert.equal((await lib.claim(scope, newKey(), { completeOnCommit: true })).outcome, 'acquired', v);
+  }
 });
 
 test('version: a database without idempo.version() (no idempo, or older than 0.3.0) is refused clearly', async () => {

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ._types import (Claim, Conflict, Done, InvalidState, Operation, Outcome, Status, Superseded,
                      Unknown, from_database_error, not_acquired)
 
-SUPPORTED = ('0.3',)            # major.minor of the SQL API this library speaks
+SUPPORTED = ('0.3', '1')       # the SQL API this library speaks: 0.3.x and 1.x
 NEEDED = '0.3.0'
 
 CLAIM_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, first_seen_at, '

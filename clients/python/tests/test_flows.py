@@ -138,6 +138,13 @@ def test_version_flow():
         return answers
     assert drive(F.version_flow(), answers_for(True, '0.3.0', '0.3.0'))[0] == '0.3.0'
     assert drive(F.version_flow(), answers_for(True, '0.3.0', '0.3.7'))[0] == '0.3.7'
+    # 1.x keeps 0.3.0's API (docs/upgrading.md): every 1.y is spoken, 2.0 and 10.0 are not
+    assert drive(F.version_flow(), answers_for(True, '1.0.0', '1.0.0'))[0] == '1.0.0'
+    assert drive(F.version_flow(), answers_for(True, '1.4.2', '1.4.2'))[0] == '1.4.2'
+    with pytest.raises(idempo.UnsupportedVersion, match='the database has idempo 2.0.0'):
+        drive(F.version_flow(), answers_for(True, '2.0.0', '2.0.0'))
+    with pytest.raises(idempo.UnsupportedVersion, match='the database has idempo 10.0.0'):
+        drive(F.version_flow(), answers_for(True, '10.0.0', '10.0.0'))
     with pytest.raises(idempo.UnsupportedVersion, match='the database has idempo 0.2.0'):
         drive(F.version_flow(), answers_for(False, '0.2.0', None))
     with pytest.raises(idempo.UnsupportedVersion, match='the database has idempo 0.4.0'):
@@ -156,5 +163,5 @@ def test_versioned_with_the_extension():
     default = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.M).group(1)
     pyproject = open(os.path.join(here, '..', 'pyproject.toml')).read()
     assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == default
-    assert idempo.__version__ == default == F.NEEDED
-    assert F.supported(default)
+    assert idempo.__version__ == default
+    assert F.supported(default) and F.supported(F.NEEDED)
