@@ -51,14 +51,16 @@ ensure_citus() {
     curl_opt=--without-libcurl
     grep -qs '^#define HAVE_LIBCURL 1' "$("$PGBIN/pg_config" --includedir-server)/pg_config.h" && curl_opt=
     stage=$build/stage
-    (cd "$build/citus-$ver" && { ./configure PG_CONFIG="$PGBIN/pg_config" ${curl_opt:+"$curl_opt"} &&
+    # the system's pg_config: the cached tree holds /usr/... paths, extracted below under
+    # IDEMPO_PG_PREFIX when the suite runs against a private copy (test/lib/common.sh)
+    (cd "$build/citus-$ver" && { ./configure PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" ${curl_opt:+"$curl_opt"} &&
             make -j2 COPT='-O0 -g0' && make install DESTDIR="$stage"; } >"$build/build.log" 2>&1) \
       || { tail -30 "$build/build.log" >&2; echo "building Citus $ver failed (log: $build/build.log)"; return 2; }
     mkdir -p "$IDEMPO_CACHE/citus"
     { tar -C "$stage" -czf "$cached.tmp" . && mv "$cached.tmp" "$cached"; } || { echo "cannot write $cached"; return 2; }
     rm -rf "$build"
   fi
-  tar -C / -xzf "$cached" || { echo "cannot install $cached"; return 2; }
+  tar -C "${IDEMPO_PG_PREFIX:-/}" -xzf "$cached" || { echo "cannot install $cached"; return 2; }
   echo "${cached##*/}" >"$sharedir/extension/citus.idempo-build"
   log "Citus $ver installed for PostgreSQL $PG_MAJOR (from $cached)"
 }

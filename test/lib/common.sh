@@ -11,9 +11,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [ -z "${PG_MAJOR:-}" ]; then
   for PG_MAJOR in $SUPPORTED_MAJORS; do major_is_native "$PG_MAJOR" && break; done
 fi
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# IDEMPO_PG_PREFIX: a relocated copy of Debian's install (cp -a of /usr/lib/postgresql/M,
+# /usr/share/postgresql/M and /usr/include/postgresql under PREFIX/usr, as test/mutation/run
+# makes): build_and_install installs there, not into the system, so a suite run by hand cannot
+# change the library a running test server (test/run, CI) has loaded.
+PGBIN=${IDEMPO_PG_PREFIX:+$IDEMPO_PG_PREFIX}/usr/lib/postgresql/$PG_MAJOR/bin
 # shellcheck disable=SC2034  # used by the scripts that source this file
-PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
+PGXS_DIR=${IDEMPO_PG_PREFIX:+$IDEMPO_PG_PREFIX}/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
+if [ -n "${IDEMPO_PG_PREFIX:-}" ] && [ ! -x "$PGBIN/pg_config" ]; then
+  printf 'error: IDEMPO_PG_PREFIX=%s has no %s\n' "$IDEMPO_PG_PREFIX" "$PGBIN/pg_config" >&2; exit 2
+fi
 export PG_MAJOR
 
 log() { printf '%s\n' "$*" >&2; }
