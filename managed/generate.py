@@ -448,6 +448,59 @@ def build(version):
     return src, body, notes
 
 
+# The managed edition's first version: update paths start there.
+FIRST_MANAGED = '0.3.0'
+
+
+def version_key(v):
+    return tuple(int(x) for x in v.split('.'))
+
+
+def update_steps(version):
+    """-> [(A, B, path)]: the update scripts src/sql/idempo--A--B.sql on the way from
+    FIRST_MANAGED to version, in order (each A from FIRST_MANAGED on; one step per A)."""
+    steps = {}
+    for name in os.listdir(os.path.join(ROOT, 'src', 'sql')):
+        m = re.match(r'^idempo--(\d+\.\d+\.\d+)--(\d+\.\d+\.\d+)\.sql$', name)
+        if m and version_key(FIRST_MANAGED) <= version_key(m.group(1)) \
+                and version_key(m.group(2)) <= version_key(version):
+            steps[m.group(1)] = (m.group(1), m.group(2), os.path.join(ROOT, 'src', 'sql', name))
+    out, at = [], FIRST_MANAGED
+    while at != version:
+        if at not in steps:
+            raise GenError('no update script from %s on the way to %s in src/sql/' % (at, version))
+        out.append(steps[at])
+        at = steps[at][1]
+    return out
+
+
+def build_update(path):
+    """The managed edition's update script from a C update script: only statements that need no
+    replacement (no C function, nothing the edition leaves out) pass; anything else stops the
+    generator, since the edition's own update of such a statement is not generated yet."""
+    files, omit, not_yet = load_edition(os.path.join(HERE, 'sql'))
+    omitted = {name for (kind, name) in omit if kind == 'function'}
+    out = []
+    for stext, code in statements(open(path, encoding='utf-8').read()):
+        if not code:
+            out.append(stext)
+            continue
+        w = words(code)
+        key = statement_key(code)
+        is_c = key and key[0] == 'function' and 'language' in w and w[w.index('language') + 1] == 'c'
+        if is_c or (key and key in omit) or any(n in omitted for n in referenced_functions(code)):
+            raise GenError('%s: %s needs the managed edition\'s own update, which is not generated '
+                           'yet' % (os.path.relpath(path, ROOT), ' '.join(w[:4])))
+        out.append(stext)
+    body = re.sub(r'(?m)^\\echo[^\n]*\n', '', ''.join(out))
+    for bad in ('$_pgtle_', 'MODULE_PATHNAME', '@extschema@'):
+        if bad in body:
+            raise GenError('the generated update contains %s' % bad)
+    if re.search(r'(?m)^\\', body):
+        raise GenError('the generated update contains a psql meta-command')
+    return body
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -457,6 +510,7 @@ def main():
     comment = re.search(r"^comment\s*=\s*'([^']+)'", control, re.M).group(1)
     try:
         src, body, notes = build(version)
+        updates = [(a, b, build_update(path)) for a, b, path in update_steps(version)]
     except GenError as e:
         sys.exit('managed/generate.py: error: %s' % e)
     os.makedirs(outdir, exist_ok=True)
@@ -469,11 +523,28 @@ def main():
     tle = os.path.join(outdir, 'idempo--%s.pgtle.sql' % version)
     with open(tle, 'w', encoding='utf-8') as f:
         f.write(head)
-        f.write('-- Run as a role granted pgtle_admin (not a superuser), then: CREATE EXTENSION idempo;\n')
-        f.write("SELECT pgtle.install_extension(\n    'idempo',\n    '%s',\n    '%s',\n$_pgtle_$\n"
-                % (version, comment.replace("'", "''")))
+        f.write('-- Run as a role granted pgtle_admin (not a superuser), then: CREATE EXTENSION idempo;\n'
+                '-- in a database where pg_tle has an earlier idempo: ALTER EXTENSION idempo UPDATE;\n')
+        # pg_tle registers an extension once (install_extension) and each later version with
+        # install_extension_version_sql: the script is kept in a temporary table for either call
+        f.write('CREATE TEMPORARY TABLE idempo_install_script (version text, script text);\n')
+        f.write("INSERT INTO pg_temp.idempo_install_script VALUES ('%s', $_pgtle_$\n" % version)
         f.write(body.strip('\n') + '\n')
-        f.write("$_pgtle_$,\n    NULL,\n    'idempo');\n")
+        f.write('$_pgtle_$);\n')
+        f.write("SELECT CASE WHEN EXISTS (SELECT FROM pgtle.available_extensions() WHERE name = 'idempo')\n"
+                "  THEN pgtle.install_extension_version_sql('idempo', version, script)\n"
+                "  ELSE pgtle.install_extension('idempo', version, '%s', script, NULL, 'idempo')\n"
+                "  END AS installed\n  FROM pg_temp.idempo_install_script;\n"
+                % comment.replace("'", "''"))
+        f.write('DROP TABLE pg_temp.idempo_install_script;\n')
+        for a, b, ubody in updates:
+            f.write("-- the update %s -> %s (src/sql/idempo--%s--%s.sql)\n" % (a, b, a, b))
+            f.write("SELECT pgtle.install_update_path('idempo', '%s', '%s', $_pgtle_$\n" % (a, b))
+            f.write(ubody.strip('\n') + '\n')
+            f.write('$_pgtle_$) AS update_path\n'
+                    " WHERE NOT EXISTS (SELECT FROM pgtle.extension_update_paths('idempo')\n"
+                    "                    WHERE source = '%s' AND target = '%s' AND path IS NOT NULL);\n" % (a, b))
+        f.write("SELECT pgtle.set_default_version('idempo', '%s') AS default_version;\n" % version)
     plain = os.path.join(outdir, 'idempo--%s.plain.sql' % version)
     kept = []
     for stext, code in statements(body):
@@ -489,6 +560,15 @@ def main():
         f.write('BEGIN;\nCREATE SCHEMA idempo;\n')
         f.write(''.join(kept).strip('\n') + '\n')
         f.write('COMMIT;\n')
+    for a, b, ubody in updates:
+        # the plain edition's update, for a schema made by the plain script of version a
+        with open(os.path.join(outdir, 'idempo--%s--%s.plain.sql' % (a, b)), 'w', encoding='utf-8') as f:
+            f.write('-- idempo %s -> %s, the managed edition. Copyright (c) 2026, The idempo Authors.\n'
+                    '-- Released under the PostgreSQL License: see the LICENSE file of the idempo sources.\n'
+                    '-- Generated by managed/generate.py from src/sql/idempo--%s--%s.sql: do not edit.\n'
+                    % (a, b, a, b))
+            f.write('-- For a schema installed by idempo--%s.plain.sql: psql -v ON_ERROR_STOP=1 -f THIS_FILE.\n' % a)
+            f.write('BEGIN;\n' + ubody.strip('\n') + '\nCOMMIT;\n')
     for n in notes:
         print('declared difference: ' + n)
     print(os.path.abspath(tle))
