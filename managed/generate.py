@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The managed-service edition's install scripts, generated from the C edition's one.
 
-    generate.py OUTDIR    writes OUTDIR/idempo--VERSION.pgtle.sql (for pgtle.install_extension)
-                          and OUTDIR/idempo--VERSION.plain.sql (schema idempo without pg_tle);
-                          prints their paths as the last two lines, the pg_tle installer first.
+    generate.py OUTDIR    writes OUTDIR/idempo--VERSION.pgtle.sql (for pg_tle: the version and
+                          its update paths from 0.3.0), OUTDIR/idempo--VERSION.plain.sql (schema
+                          idempo without pg_tle) and OUTDIR/idempo--A--B.plain.sql (the plain
+                          script's updates); prints the first two paths as the last two lines,
+                          the pg_tle installer first.
 
 One source of truth: everything both editions share (types, tables, indexes, views, grants,
 comments, the functions already written in SQL or PL/pgSQL) is taken from the C edition's
@@ -28,8 +30,9 @@ Declarations, in managed/sql/*.sql comments:
                                          (LANGUAGE plpgsql, a body that refuses with 0A000 and
                                          this hint), so the signature is written once
 Statements of managed/sql/*.sql that replace nothing (helpers) go just before the first
-replacement of their file.  The update scripts (src/sql/idempo--A--B.sql) will be generated the
-same way for pgtle.install_update_path (not yet: the managed edition is installed anew, from 0.3.0 on).
+replacement of their file.  The update scripts src/sql/idempo--A--B.sql from 0.3.0 on (the managed
+edition's first version) pass as they are when they change no C function and nothing the edition
+leaves out; one that does stops the generation until the edition's own update is written.
 """
 import os
 import re
@@ -525,18 +528,34 @@ def main():
         f.write(head)
         f.write('-- Run as a role granted pgtle_admin (not a superuser), then: CREATE EXTENSION idempo;\n'
                 '-- in a database where pg_tle has an earlier idempo: ALTER EXTENSION idempo UPDATE;\n')
-        # pg_tle registers an extension once (install_extension) and each later version with
-        # install_extension_version_sql: the script is kept in a temporary table for either call
-        f.write('CREATE TEMPORARY TABLE idempo_install_script (version text, script text);\n')
+        # One transaction: a failure registers nothing.  pg_tle registers an extension once
+        # (install_extension) and each later version with install_extension_version_sql, a
+        # version already registered is left as it is (running the installer again is harmless);
+        # the script is kept in a temporary table for whichever call is made.
+        f.write('BEGIN;\n')
+        # set_default_version replaces pg_tle's control function, which only its owner may: stop
+        # before registering anything when another role registered idempo in this database
+        f.write("DO $idempo_installer$\nDECLARE\n    registrant name;\nBEGIN\n"
+                "    SELECT pg_catalog.pg_get_userbyid(p.proowner) INTO registrant\n"
+                "      FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace\n"
+                "     WHERE n.nspname = 'pgtle' AND p.proname = 'idempo.control';\n"
+                "    IF registrant IS NOT NULL AND NOT pg_catalog.pg_has_role(current_user, registrant, 'USAGE') THEN\n"
+                "        RAISE EXCEPTION 'idempo was registered with pg_tle in this database by role %', registrant\n"
+                "            USING ERRCODE = '42501',\n"
+                "                  HINT = 'Run this installer as that role (or a member of it): pg_tle lets only the registering role change the default version.';\n"
+                "    END IF;\nEND\n$idempo_installer$;\n")
+        f.write('CREATE TEMPORARY TABLE idempo_install_script (version text, script text) ON COMMIT DROP;\n')
         f.write("INSERT INTO pg_temp.idempo_install_script VALUES ('%s', $_pgtle_$\n" % version)
         f.write(body.strip('\n') + '\n')
         f.write('$_pgtle_$);\n')
-        f.write("SELECT CASE WHEN EXISTS (SELECT FROM pgtle.available_extensions() WHERE name = 'idempo')\n"
-                "  THEN pgtle.install_extension_version_sql('idempo', version, script)\n"
-                "  ELSE pgtle.install_extension('idempo', version, '%s', script, NULL, 'idempo')\n"
-                "  END AS installed\n  FROM pg_temp.idempo_install_script;\n"
+        f.write("SELECT CASE\n"
+                "  WHEN EXISTS (SELECT FROM pgtle.available_extension_versions() v\n"
+                "               WHERE v.name = 'idempo' AND v.version = s.version) THEN false\n"
+                "  WHEN EXISTS (SELECT FROM pgtle.available_extensions() e WHERE e.name = 'idempo')\n"
+                "  THEN pgtle.install_extension_version_sql('idempo', s.version, s.script)\n"
+                "  ELSE pgtle.install_extension('idempo', s.version, '%s', s.script, NULL, 'idempo')\n"
+                "  END AS installed\n  FROM pg_temp.idempo_install_script s;\n"
                 % comment.replace("'", "''"))
-        f.write('DROP TABLE pg_temp.idempo_install_script;\n')
         for a, b, ubody in updates:
             f.write("-- the update %s -> %s (src/sql/idempo--%s--%s.sql)\n" % (a, b, a, b))
             f.write("SELECT pgtle.install_update_path('idempo', '%s', '%s', $_pgtle_$\n" % (a, b))
@@ -545,6 +564,7 @@ def main():
                     " WHERE NOT EXISTS (SELECT FROM pgtle.extension_update_paths('idempo')\n"
                     "                    WHERE source = '%s' AND target = '%s' AND path IS NOT NULL);\n" % (a, b))
         f.write("SELECT pgtle.set_default_version('idempo', '%s') AS default_version;\n" % version)
+        f.write('COMMIT;\n')
     plain = os.path.join(outdir, 'idempo--%s.plain.sql' % version)
     kept = []
     for stext, code in statements(body):

@@ -126,10 +126,25 @@ def select(mutants, ids, sample=False):
     return mutants
 
 
+def frozen_scripts(root):
+    """The released install scripts (test/upgrade/released.sha256): nothing installs them by
+    default, so a mutant there changes nothing the suites run."""
+    try:
+        with open(f"{root}/test/upgrade/released.sha256", encoding="utf-8") as f:
+            return {"src/sql/" + line.split()[1] for line in f
+                    if line.strip() and not line.startswith("#") and len(line.split()) == 2}
+    except OSError:
+        return set()
+
+
 def mutated_texts(root, mu):
     """{path: text} of the files with the mutant applied, or raise ListError (stale)."""
     texts = {}
+    frozen = frozen_scripts(root)
     for n, (name, find, rep) in enumerate(mu["edits"], 1):
+        if name in frozen:
+            raise ListError(f"STALE: {name} is a released, frozen install script that the suites do not "
+                            "install: point the mutant at the default version's script")
         path = f"{root}/{name}"
         if path not in texts:
             try:

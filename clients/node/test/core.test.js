@@ -22,7 +22,7 @@ function countingAdapter(inner, fakeVersion) {
     a.queries += 1;
     if (text.includes('idempo.version()')) {
       a.versionQueries += 1;
-      if (fakeVersion) return [{ version: fakeVersion }];
+      if (fakeVersion !== undefined) return [{ version: fakeVersion }];
     }
     return inner.query(text, values);
   };
@@ -56,8 +56,16 @@ test('version: an unsupported version is refused, naming the one found and the o
   }
 });
 
-test('version: 0.3.x and every 1.y are spoken', async () => {
-  for (const v of ['0.3.0', '0.3.7', '1.0.0', '1.4.2']) {
+// The same strings the Python library's test refuses (clients/python/tests/test_flows.py): one rule
+const VERSIONS_REFUSED = ['1', '1.0', '1.0.0-beta', '1.foo', '1.', '1..0', '0.3', '0.3.0-beta', '1.0.0.1',
+  '10.0.0', '0.30.0', '2.0.0', '0.2.0', '1.0.0\n', '\u0661.0.0', ''];
+
+test('version: exactly 0.3.x and 1.x are spoken; every other string is refused', async () => {
+  for (const v of VERSIONS_REFUSED) {
+    const lib = new idempo.Idempo(countingAdapter(idempo.pg(pool), v));
+    await assert.rejects(lib.claim('any', 'k'), idempo.UnsupportedVersionError, JSON.stringify(v));
+  }
+  for (const v of ['0.3.0', '0.3.7', '1.0.0', '1.4.2', '1.10.12']) {
     const lib = new idempo.Idempo(countingAdapter(idempo.pg(pool), v));
     const scope = await newScope(pool, 'core.version');
     assert.equal((await lib.claim(scope, newKey(), { completeOnCommit: true })).outcome, 'acquired', v);

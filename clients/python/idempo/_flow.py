@@ -10,14 +10,18 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ._types import (Claim, Conflict, Done, InvalidState, Operation, Outcome, Status, Superseded,
                      Unknown, from_database_error, not_acquired)
 
-SUPPORTED = ('0.3', '1')       # the SQL API this library speaks: 0.3.x and 1.x
-NEEDED = '0.3.0'
+LIBRARY_VERSION = '1.0.0'      # the package's (idempo.__version__; a test holds them equal)
+# The versions of idempo's SQL objects this library speaks: 0.3.x and 1.x (1.x keeps 0.3.0's
+# API), written as the Node library's SUPPORTED; ASCII digits only, nothing after the last one.
+SUPPORTED = re.compile(r'(0\.3|1\.[0-9]+)\.[0-9]+', re.ASCII)
+SUPPORTED_TEXT = '0.3.x or 1.x'
 
 CLAIM_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_ref, error, first_seen_at, '
                  'lease_expires_at, conflict_id, review_id, completed_at')
@@ -199,7 +203,7 @@ VERSION_SQL = 'SELECT idempo.version()'
 
 
 def supported(version: Optional[str]) -> bool:
-    return version is not None and any(version == s or version.startswith(s + '.') for s in SUPPORTED)
+    return version is not None and SUPPORTED.fullmatch(version) is not None
 
 
 def version_flow():
@@ -207,10 +211,11 @@ def version_flow():
     from ._types import UnsupportedVersion
     has_function, extversion = yield Sql(VERSION_PROBE_SQL, ())
     if not has_function:
-        raise UnsupportedVersion(extversion, NEEDED, no_version_function=extversion is not None)
+        raise UnsupportedVersion(extversion, SUPPORTED_TEXT, LIBRARY_VERSION,
+                                 no_version_function=extversion is not None)
     (found,) = yield Sql(VERSION_SQL, ())
     if not supported(found):
-        raise UnsupportedVersion(found, NEEDED)
+        raise UnsupportedVersion(found, SUPPORTED_TEXT, LIBRARY_VERSION)
     return found
 
 

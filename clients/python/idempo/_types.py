@@ -280,14 +280,14 @@ class UndefinedFunction(DatabaseRefusal):
 class UnsupportedVersion(IdempoError):
     """The database's idempo SQL objects are of a version this library does not support."""
 
-    def __init__(self, found: Optional[str], needed: str, no_version_function: bool = False):
+    def __init__(self, found: Optional[str], needed: str, library: str, no_version_function: bool = False):
         self.found, self.needed = found, needed
         where = ('idempo is not installed in this database' if found is None
                  else f'the database has idempo {found} without idempo.version() (older SQL objects)'
                  if no_version_function else f'the database has idempo {found}')
-        super().__init__(f'{where}; this library (idempo for Python {needed}) needs idempo {needed}: '
-                         f'CREATE EXTENSION idempo, or ALTER EXTENSION idempo UPDATE TO \'{needed}\' '
-                         f'(docs/upgrading.md)')
+        super().__init__(f'{where}; this library (idempo for Python {library}) needs idempo {needed}: '
+                         f'CREATE EXTENSION idempo, ALTER EXTENSION idempo UPDATE, or the library of '
+                         f'the database\'s version (docs/upgrading.md)')
 
 
 # Each refusal's class by its sqlstate (written once, on the class), and 22004 (a NULL where

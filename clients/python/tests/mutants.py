@@ -378,6 +378,10 @@ MUTANTS = [
      'replayed as a reply: Reply.from_stored raises, a 500 on every retry',
      'idempo/http.py', "        if Reply.is_stored(claim.result):\n", "        if True:\n",
      'tests/test_http.py::test_settled_by_a_person_without_a_reply_409_with_what_is_known'),
+    ('version-prefix-accepted', "a database version that only starts like a supported one ('1.0.0-beta', "
+     "'1.0.0.1') is accepted, where the Node library refuses it",
+     'idempo/_flow.py', "SUPPORTED.fullmatch(version) is not None", "SUPPORTED.match(version) is not None",
+     "tests/test_flows.py -k exactly"),
     # the shared HTTP contract (clients/http-vectors.json, docs/http-contract.md)
     ('busy-retry-after-fixed', "a busy 409's Retry-After is always 1, not the seconds left on the lease (the Node "
      'middleware gives the lease)',

@@ -153,6 +153,17 @@ def test_version_flow():
         drive(F.version_flow(), answers_for(True, '0.30.1', '0.30.1'))
 
 
+# The same strings the Node library's test refuses (clients/node/test/core.test.js): one rule
+VERSIONS_REFUSED = ['1', '1.0', '1.0.0-beta', '1.foo', '1.', '1..0', '0.3', '0.3.0-beta', '1.0.0.1',
+                    '10.0.0', '0.30.0', '2.0.0', '0.2.0', '1.0.0\n', '\u0661.0.0', '']
+VERSIONS_SPOKEN = ['0.3.0', '0.3.7', '1.0.0', '1.4.2', '1.10.12']
+
+
+def test_supported_versions_are_exactly_0_3_x_and_1_x():
+    assert [v for v in VERSIONS_SPOKEN if not F.supported(v)] == []
+    assert [v for v in VERSIONS_REFUSED if F.supported(v)] == []
+
+
 def test_versioned_with_the_extension():
     """The library's version is the extension's (idempo.control's default_version), in the
     package, its metadata and the SQL API version it asks for."""
@@ -163,5 +174,5 @@ def test_versioned_with_the_extension():
     default = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.M).group(1)
     pyproject = open(os.path.join(here, '..', 'pyproject.toml')).read()
     assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == default
-    assert idempo.__version__ == default
-    assert F.supported(default) and F.supported(F.NEEDED)
+    assert idempo.__version__ == default == F.LIBRARY_VERSION
+    assert F.supported(default)
