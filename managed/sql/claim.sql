@@ -118,7 +118,14 @@ CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p
 DECLARE
     cur xid8 := pg_current_xact_id();
 BEGIN
-    PERFORM idempo.managed_txn_table();
+    -- managed_txn_table()'s check, without its call where the table is there, ours and armed;
+    -- it makes, refuses or arms the table otherwise
+    IF NOT coalesce((SELECT c.relowner = current_user::regrole AND c.relkind = 'r'
+                            AND EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'idempo_durability')
+                       FROM pg_class c WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'idempo_txn_attempts'),
+                     false) THEN
+        PERFORM idempo.managed_txn_table();
+    END IF;
     -- one statement rather than three (each statement of PL/pgSQL costs its own setup in every
     -- transaction): the rows of earlier transactions go, and the note replaces this
     -- transaction's of the same (scope, key, kind) or is added
