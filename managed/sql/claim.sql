@@ -22,10 +22,15 @@ $$;
 CREATE FUNCTION idempo.managed_txn_table() RETURNS void
     LANGUAGE plpgsql AS $$
 DECLARE
-    t regclass := to_regclass('pg_temp.idempo_txn_attempts');
+    t regclass;
     mine boolean;
     checked boolean;
 BEGIN
+    -- one catalog query per use (to_regclass() and then pg_class were two)
+    SELECT c.oid, c.relowner = current_user::regrole AND c.relkind = 'r',
+           EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'idempo_durability')
+      INTO t, mine, checked FROM pg_class c
+     WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'idempo_txn_attempts';
     IF t IS NULL THEN
         -- kind 'attempt': an attempt this transaction acquired; 'verify': a verification lease it
         -- took (claim.c: verify_leases), known by the exact lease_until it wrote; 'conflict': a
@@ -37,11 +42,9 @@ BEGIN
             finished boolean, lease_until timestamptz, replicated boolean);
         -- a transaction may claim thousands of keys (a batch)
         CREATE INDEX ON pg_temp.idempo_txn_attempts (scope, key);
-        t := 'pg_temp.idempo_txn_attempts'::regclass;
+        mine := true;
+        checked := false;
     END IF;
-    SELECT c.relowner = current_user::regrole AND c.relkind = 'r',
-           EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = t AND g.tgname = 'idempo_durability')
-      INTO mine, checked FROM pg_class c WHERE c.oid = t;
     IF NOT mine THEN
         RAISE EXCEPTION 'pg_temp.idempo_txn_attempts is not idempo''s' USING ERRCODE = '42501',
             HINT = 'Drop the temporary table of that name: idempo keeps the attempts of the transaction in it.';
@@ -115,16 +118,27 @@ CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p
 DECLARE
     cur xid8 := pg_current_xact_id();
 BEGIN
-    PERFORM idempo.managed_txn_table();
-    DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact <> cur;
-    UPDATE pg_temp.idempo_txn_attempts t
-       SET attempt = p_attempt, on_commit = p_on_commit, finished = false, lease_until = p_lease_until,
-           replicated = p_replicated
-     WHERE t.xact = cur AND t.scope = p_scope AND t.key = p_key AND t.kind = p_kind;
-    IF NOT FOUND THEN
-        INSERT INTO pg_temp.idempo_txn_attempts
-        VALUES (cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated);
+    -- managed_txn_table()'s check, without its call where the table is there, ours and armed;
+    -- it makes, refuses or arms the table otherwise
+    IF NOT coalesce((SELECT c.relowner = current_user::regrole AND c.relkind = 'r'
+                            AND EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'idempo_durability')
+                       FROM pg_class c WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'idempo_txn_attempts'),
+                     false) THEN
+        PERFORM idempo.managed_txn_table();
     END IF;
+    -- one statement rather than three (each statement of PL/pgSQL costs its own setup in every
+    -- transaction): the rows of earlier transactions go, and the note replaces this
+    -- transaction's of the same (scope, key, kind) or is added
+    WITH gone AS (DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact <> cur),
+    noted AS (
+        UPDATE pg_temp.idempo_txn_attempts t
+           SET attempt = p_attempt, on_commit = p_on_commit, finished = false, lease_until = p_lease_until,
+               replicated = p_replicated
+         WHERE t.xact = cur AND t.scope = p_scope AND t.key = p_key AND t.kind = p_kind
+        RETURNING 1)
+    INSERT INTO pg_temp.idempo_txn_attempts
+    SELECT cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated
+     WHERE NOT EXISTS (SELECT FROM noted);
     -- the transaction's durability row, whose event is checked at the commit (once per transaction)
     IF p_replicated AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
         INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
@@ -389,8 +403,21 @@ BEGIN
         END IF;
         -- a new key: one INSERT (a stale intent must first prove there is no record)
         IF NOT stale AND NOT ro THEN
-            o := idempo.managed_new_row(s, k, p_now, p_fp, p_params, p_run_id, p_on_commit, false);
-            INSERT INTO idempo.operations SELECT o.* ON CONFLICT (scope, key) DO NOTHING;
+            -- managed_new_row(s, k, p_now, p_fp, p_params, p_run_id, p_on_commit, false), written
+            -- out in the statement: two calls with rows for arguments cost more than the INSERT
+            INSERT INTO idempo.operations AS x (scope, key, fingerprint, status, attempt, run_id, first_seen_at,
+                                                last_attempt_at, lease_expires_at, completed_at, expires_at, sweep_at,
+                                                result, target_ref, error, params, attempt_base)
+            VALUES (s.name, k, p_fp, CASE WHEN p_on_commit THEN 'succeeded' ELSE 'in_progress' END::idempo.status, 1,
+                    p_run_id, p_now, p_now,
+                    CASE WHEN p_on_commit THEN NULL ELSE idempo.managed_plus(p_now, s.lease) END,
+                    CASE WHEN p_on_commit THEN p_now END,
+                    CASE WHEN p_on_commit THEN idempo.managed_plus(p_now, s.retention) END,
+                    CASE WHEN p_on_commit THEN idempo.managed_plus(p_now, s.retention)
+                         ELSE LEAST(idempo.managed_plus(p_now, s.lease), idempo.managed_plus(p_now, s.retention)) END,
+                    NULL, NULL, NULL, CASE WHEN s.store_params THEN p_params END, 0)
+            ON CONFLICT (scope, key) DO NOTHING
+            RETURNING x.* INTO o;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n = 1 THEN
                 -- inserted after waiting for another insertion, whose transaction ended: sign
@@ -899,7 +926,10 @@ BEGIN
     END IF;
     s := idempo.managed_scope(claim.scope, claim.key, true);
     k := idempo.managed_key(s, claim.key);
-    PERFORM idempo.managed_scope_current(s);
+    -- managed_scope_current(s), written out: a call costs more than the test
+    IF NOT ro AND current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
+    END IF;
     IF wait IS NULL OR complete_on_commit IS NULL OR verify_unknown IS NULL THEN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
             CASE WHEN wait IS NULL THEN 'wait' WHEN complete_on_commit IS NULL THEN 'complete_on_commit'
@@ -931,24 +961,37 @@ BEGIN
         END IF;
         fp := claim.fingerprint;
     ELSIF params IS NOT NULL THEN
-        fp := idempo.managed_params_fingerprint(s, params);
+        IF coalesce(cardinality(s.fingerprint_ignore), 0) = 0 AND coalesce(cardinality(s.fingerprint_include), 0) = 0 THEN
+            fp := idempo.fingerprint(params);   -- no rules: what managed_params_fingerprint ends in
+        ELSE
+            fp := idempo.managed_params_fingerprint(s, params);
+        END IF;
     END IF;
     IF s.require_fingerprint AND fp IS NULL THEN
         RAISE EXCEPTION 'scope "%" requires a fingerprint, and the claim of key "%" has none', s.name, k
             USING ERRCODE = '22023', HINT = 'Pass params => the request''s business parameters as jsonb.';
     END IF;
-    t := idempo.now();
+    -- idempo.now(), whose call costs more than its usual answer
+    IF coalesce(current_setting('idempo.clock_offset', true), '') IN ('', '0') THEN
+        t := clock_timestamp();
+    ELSE
+        t := idempo.now();
+    END IF;
 
-    -- a key this transaction acquired and has not finished: 'acquired' again (claim.c: reclaim_own)
-    SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k, 'attempt');
-    IF mine.attempt IS NOT NULL AND NOT mine.finished THEN
-        SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
-        IF FOUND AND o.attempt = mine.attempt
-           AND (o.status = 'in_progress' OR (mine.on_commit AND o.status = 'succeeded'))
-           AND NOT (fp IS NOT NULL AND o.fingerprint IS NOT NULL AND fp <> o.fingerprint) THEN
-            outcome := 'acquired';
-            from_status := o.status;
-            decided := true;
+    -- a key this transaction acquired and has not finished: 'acquired' again (claim.c: reclaim_own).
+    -- A transaction that had no id when the claim began has noted nothing (a note is marked with
+    -- the id): no lookup
+    IF may_hold THEN
+        SELECT * INTO mine FROM idempo.managed_txn_lookup(s.name, k, 'attempt');
+        IF mine.attempt IS NOT NULL AND NOT mine.finished THEN
+            SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
+            IF FOUND AND o.attempt = mine.attempt
+               AND (o.status = 'in_progress' OR (mine.on_commit AND o.status = 'succeeded'))
+               AND NOT (fp IS NOT NULL AND o.fingerprint IS NOT NULL AND fp <> o.fingerprint) THEN
+                outcome := 'acquired';
+                from_status := o.status;
+                decided := true;
+            END IF;
         END IF;
     END IF;
     IF decided THEN
