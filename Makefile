@@ -56,7 +56,9 @@ tle-installer:
 	@python3 managed/generate.py build/managed
 
 # The artifacts people install from (tools/release): `make release` builds them all into
-# build/release with SHA256SUMS; `make dist`, the PGXN distribution alone (build/release/idempo-VERSION.zip).
+# build/release with SHA256SUMS, the Debian packages of every supported major (those of other
+# Debian releases in their chroots, as root: docs/packaging.md); `make dist`, the PGXN
+# distribution alone (build/release/idempo-VERSION.zip).
 .PHONY: dist release
 dist:
 	tools/release dist

@@ -5,8 +5,8 @@
 #
 # Everything listens on 127.0.0.1 only, runs as the cluster user ($PG_USER) and lives in $HA_WORK.
 # Ports (override any of them):
-#   HA_PG_PORT      first node's PostgreSQL port; the nodes use +1, +2, +3 (default 5661..5663),
-#                   the warehouse +0 (5660), PgBouncer +9 (5669)
+#   HA_PG_PORT      the warehouse's PostgreSQL port (default 5660); the nodes use +1, +2, +3
+#                   (5661..5663), PgBouncer +4 (5664)
 #   HA_REST_PORT    Patroni REST API of node 1 (default 8661; nodes +0..+2)
 #   HA_ETCD_PORT    etcd client port (default 2391), its peer port +1
 # HA_PGBIN: the PostgreSQL bin directory to use (default: the system's $PGBIN).
@@ -24,7 +24,7 @@ HA_RETRY_TIMEOUT=${HA_RETRY_TIMEOUT:-5}
 
 ha_node_port() { echo $((HA_PG_PORT + $1)); }          # ha_node_port 1..3
 ha_rest_port() { echo $((HA_REST_PORT + $1 - 1)); }
-ha_bouncer_port() { echo $((HA_PG_PORT + 9)); }
+ha_bouncer_port() { echo $((HA_PG_PORT + 4)); }
 ha_warehouse_port() { echo "$HA_PG_PORT"; }
 
 # The libpq connection string an application uses: every node, the one that accepts writes.

@@ -4,7 +4,8 @@
 BOUNCER_DSN reaches a database (with nothing in it) through PgBouncer (pool_mode = transaction,
 server_round_robin = 0: a released server connection is the next one handed out, so a second
 client that opens a transaction right after the first one's statement gets the first one's
-server connection).  DIRECT_DSN reaches the same database directly.  Prints "ok - ..." or
+server connection).  DIRECT_DSN reaches the same database directly.  BOUNCER_MAX_PREPARED:
+PgBouncer's max_prepared_statements (0 or unset: it does not track prepared statements).  Prints "ok - ..." or
 "not ok - ..." per check and "N passed, N failed" last.
 """
 import json
@@ -16,6 +17,8 @@ import psycopg
 
 BOUNCER = os.environ['BOUNCER_DSN']
 DIRECT = os.environ['DIRECT_DSN']
+# PgBouncer's max_prepared_statements (SHOW CONFIG; none before 1.21: 0)
+MAX_PREPARED = int(os.environ.get('BOUNCER_MAX_PREPARED') or 0)
 results = []
 
 
@@ -158,9 +161,15 @@ def main():
             x.rollback(); x.close()
     except psycopg.Error as e:
         err = e
-    check(err is not None and err.sqlstate in ('26000', '42P05'),
-          'server-side prepared statements break under transaction pooling: '
-          + (f'{err.sqlstate}: {err.diag.message_primary}' if err else 'no error'))
+    if MAX_PREPARED == 0:
+        check(err is not None and err.sqlstate in ('26000', '42P05'),
+              'server-side prepared statements break under transaction pooling: '
+              + (f'{err.sqlstate}: {err.diag.message_primary}' if err else 'no error'))
+    else:
+        # PgBouncer 1.21 on, max_prepared_statements > 0 (1.24's default: 200): it prepares them
+        # on each server connection itself
+        check(err is None, f'server-side prepared statements work (PgBouncer max_prepared_statements = {MAX_PREPARED}): '
+              + (f'{err.sqlstate}: {err.diag.message_primary}' if err else 'no error'))
     p.close()
 
     # 7. A client that goes away inside a transaction: PgBouncer drops its server connection, the

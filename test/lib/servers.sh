@@ -388,7 +388,7 @@ find_vendor_dir() {
 }
 
 # Variables a developer may set that the run inside a chroot sees too.
-PASS_THROUGH_VARS="TESTS SKIPS SHOW_LINES KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT EXPORTER_PORT UPGRADE_PORT"
+PASS_THROUGH_VARS="TESTS SKIPS SHOW_LINES KEEP_WORKDIR FUZZ_SECONDS CHAOS_ORDERS API_FUZZ_CALLS PROVE_FLAGS CI CITUS_PORT EXPORTER_PORT UPGRADE_PORT HA_PG_PORT HA_REST_PORT HA_ETCD_PORT"
 
 # run_major_in_chroot MAJOR RESULTS: test/run for MAJOR in its chroot, on a copy of this tree
 # (the clone may be unreadable there), one run per chroot at a time; RESULTS gets its rows.
