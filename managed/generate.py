@@ -30,9 +30,10 @@ Declarations, in managed/sql/*.sql comments:
                                          (LANGUAGE plpgsql, a body that refuses with 0A000 and
                                          this hint), so the signature is written once
 Statements of managed/sql/*.sql that replace nothing (helpers) go just before the first
-replacement of their file.  The update scripts src/sql/idempo--A--B.sql from 0.3.0 on (the managed
-edition's first version) pass as they are when they change no C function and nothing the edition
-leaves out; one that does stops the generation until the edition's own update is written.
+replacement of their file.  An update A -> B (from 0.3.0 on, the managed edition's first version) is
+the C update script src/sql/idempo--A--B.sql (passed as it is when it changes no C function and
+nothing the edition leaves out; else the generation stops), then the edition's own functions as
+this version has them (edition_refresh).
 """
 import os
 import re
@@ -477,6 +478,45 @@ def update_steps(version):
     return out
 
 
+def edition_refresh(install_body):
+    """The managed edition's own part of every update: its functions and procedures as this
+    version has them (CREATE OR REPLACE: grants kept, a new helper made), the helpers an earlier
+    version had and this one lacks dropped (idempo.managed_* not made or replaced by this
+    transaction), then the function grants of the install script, which a fresh install ends
+    with.  test/upgrade/catalog.sql's comparison in managed/run holds the result to a fresh
+    install."""
+    files, _, _ = load_edition(os.path.join(HERE, 'sql'))
+    out = ['\n-- the managed edition\'s functions, as this version has them\n']
+    for fname, stmts in files.items():
+        for stext, f, _ in stmts:
+            if f is not None or re.match(r'(?is)\s*(--[^\n]*\n\s*)*create\s+procedure', stext):
+                stext, n = re.subn(r'(?i)\bcreate\s+(function|procedure)\b', r'CREATE OR REPLACE \1', stext, count=1)
+                if n != 1:
+                    raise GenError('%s: cannot make CREATE OR REPLACE of %s' % (fname, stext.strip()[:60]))
+            out.append(stext)
+    out.append("""
+-- the helpers of an earlier version that this one does not have (not made or replaced above)
+DO $idempo_update$
+DECLARE
+    stale regprocedure;
+BEGIN
+    FOR stale IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = 'idempo'::regnamespace AND p.proname LIKE 'managed\\_%'
+           AND p.xmin::text <> (pg_catalog.pg_current_xact_id()::text::numeric % 4294967296)::text
+    LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', stale);
+    END LOOP;
+END
+$idempo_update$;
+""")
+    for stext, code in statements(install_body):
+        w = words(code) if code else []
+        if w[:1] in (['grant'], ['revoke']) and ('function' in w or 'functions' in w or 'procedure' in w):
+            out.append(stext)
+    return ''.join(out)
+
+
 def build_update(path):
     """The managed edition's update script from a C update script: only statements that need no
     replacement (no C function, nothing the edition leaves out) pass; anything else stops the
@@ -513,7 +553,8 @@ def main():
     comment = re.search(r"^comment\s*=\s*'([^']+)'", control, re.M).group(1)
     try:
         src, body, notes = build(version)
-        updates = [(a, b, build_update(path)) for a, b, path in update_steps(version)]
+        refresh = edition_refresh(body)
+        updates = [(a, b, build_update(path) + refresh) for a, b, path in update_steps(version)]
     except GenError as e:
         sys.exit('managed/generate.py: error: %s' % e)
     os.makedirs(outdir, exist_ok=True)
