@@ -52,6 +52,11 @@ def transaction_open(raw) -> bool:
     return not getattr(raw, 'autocommit', False)
 
 
+def _tuple_row():
+    from psycopg.rows import tuple_row
+    return tuple_row
+
+
 _checked: 'weakref.WeakKeyDictionary[Any, str]' = weakref.WeakKeyDictionary()
 _checked_lock = threading.Lock()
 
@@ -84,18 +89,23 @@ class Runner:
         self.conn = conn
         self.raw = unwrap(conn)
         self.direct = hasattr(self.raw, 'execute') and hasattr(self.raw, 'pgconn')     # psycopg 3
+        self.cursor = None          # psycopg 3: one cursor for the library's statements, made once
         self.lock = threading.RLock()
         self.beat = None
         self.version = None
 
     # -- database
     def execute(self, sql, args, fetch=True):
-        """One statement; -> its first row (fetch) or None.  psycopg 3's Connection.execute is
-        its cheapest path (no description is built, the cursor is not closed explicitly: it
-        holds nothing once fetched); any other DB-API connection goes through a cursor."""
+        """One statement; -> its first row (fetch) or None.  psycopg 3: one cursor, kept (a
+        cursor made per statement, as Connection.execute makes one, cost about as much client
+        CPU as the rest of what once() adds), reading tuples whatever the connection's
+        row_factory; any other DB-API connection goes through a cursor per statement."""
         with self.lock:
             if self.direct:
-                cur = self.raw.execute(sql, args)
+                cur = self.cursor
+                if cur is None or cur.closed:
+                    cur = self.cursor = self.raw.cursor(row_factory=_tuple_row())
+                cur.execute(sql, args)
                 return cur.fetchone() if fetch else None
             cur = self.raw.cursor()
             try:
