@@ -304,6 +304,10 @@ MUTANTS = [
      'idempo/_sync.py', "        if answer.outcome is not Outcome.REPLAY and answer.outcome is not Outcome.ACQUIRED:",
      "        if answer.outcome is Outcome.CONFLICT:",
      'tests/test_core.py::test_once_busy_raises_or_waits'),
+    ('value-any-bytes-as-ascii', "a claim's answer read straight from libpq is decoded as ASCII whatever it holds: "
+     "a replay of a result with an accent fails",
+     'idempo/_sync.py', "                        if v is not None and v.isascii():", "                        if v is not None:",
+     'tests/test_core.py::test_a_number_reads_the_same_the_first_time_and_replayed'),
     ('call-first-answer-unstored', "call_once's first Done carries record's object, its replay the jsonb read back",
      'idempo/_flow.py', "    return Done(scope, key, status, attempt, as_stored(text), ref)",
      "    return Done(scope, key, status, attempt, result, ref)",
