@@ -325,8 +325,8 @@ def lean_answer(scope, key, text: str):
 def lean_claim_flow(scope, key, params, **claim_kw):
     """lean_claim as a flow (the asyncio API's once()): -> Claim."""
     sql, args = lean_claim(scope, key, params, **claim_kw)
-    (text,) = yield Sql(sql, args)
-    answer = lean_answer(scope, key, text)
+    row = yield Sql(sql, args)
+    answer = lean_answer(scope, key, row[0])
     if type(answer) is int:
         return Claim(scope, key, Outcome.ACQUIRED, Status.IN_PROGRESS, answer)
     return answer
