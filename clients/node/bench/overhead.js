@@ -83,25 +83,26 @@ async function main() {
   // operation (and which goes first), so that a change of the machine's load hits both alike
   const rounds = Object.fromEntries(cases.map((c) => [c, []]));
   const finished = { 'by hand': [], library: [] };       // keys each side finished, for its replays
-  const cpu = { 'by hand': 0, library: 0 };                   // this process's CPU, µs
-  const timed = async (s, fn) => {
+  // this process's CPU, µs, per case and side (the client's share: what the library can add)
+  const cpu = Object.fromEntries(cases.map((c) => [c, { 'by hand': 0, library: 0 }]));
+  const timed = async (c, s, fn) => {
     const c0 = process.cpuUsage();
     const t0 = process.hrtime.bigint();
     await fn();
     const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-    const c = process.cpuUsage(c0);
-    cpu[s] += c.user + c.system;
+    const used = process.cpuUsage(c0);
+    cpu[c][s] += used.user + used.system;
     return ms;
   };
   for (let round = 0; round < ROUNDS + 1; round += 1) {          // round 0 warms up, not counted
-    if (round === 1) { cpu['by hand'] = 0; cpu.library = 0; }
+    if (round === 1) for (const c of cases) { cpu[c]['by hand'] = 0; cpu[c].library = 0; }
     for (const c of cases) {
       const total = { 'by hand': 0, library: 0 };
       for (let i = 0; i < PER_ROUND; i += 1) {
         const order = (round + i) % 2 === 0 ? names : [...names].reverse();
         for (const s of order) {
           const key = c === 'acquired' ? crypto.randomUUID() : finished[s][i % finished[s].length];
-          total[s] += await timed(s, () => sides[s][c](key));
+          total[s] += await timed(c, s, () => sides[s][c](key));
           if (c === 'acquired') finished[s].push(key);
         }
       }
@@ -111,16 +112,18 @@ async function main() {
   const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
   console.log(`${ROUNDS} rounds x ${PER_ROUND} operations per side and case, alternating operation by operation`);
   console.log('median over the rounds: ms per operation, and the library over by hand in the same round');
-  console.log('case          by hand   library   overhead');
+  console.log("and this process's CPU per operation (µs: the mean; the library adds only client CPU)");
+  console.log('case          by hand   library   overhead    CPU hand  CPU lib   added');
+  const ops = ROUNDS * PER_ROUND;
   for (const c of cases) {
     const h = median(rounds[c].map((r) => r.hand));
     const l = median(rounds[c].map((r) => r.lib));
     const ratio = median(rounds[c].map((r) => r.lib / r.hand - 1)) * 100;
-    console.log(`${c.padEnd(12)} ${h.toFixed(3).padStart(8)}  ${l.toFixed(3).padStart(8)}   ${ratio.toFixed(1).padStart(6)} %`);
+    const ch = cpu[c]['by hand'] / ops;
+    const cl = cpu[c].library / ops;
+    console.log(`${c.padEnd(12)} ${h.toFixed(3).padStart(8)}  ${l.toFixed(3).padStart(8)}   ${ratio.toFixed(1).padStart(6)} %`
+      + `  ${ch.toFixed(0).padStart(8)} ${cl.toFixed(0).padStart(8)} ${(cl - ch).toFixed(0).padStart(7)}`);
   }
-  const ops = ROUNDS * PER_ROUND * cases.length;
-  console.log(`this process's CPU per operation (both cases): by hand ${(cpu['by hand'] / ops).toFixed(0)} µs, `
-    + `library ${(cpu.library / ops).toFixed(0)} µs`);
   await pool.end();
 }
 

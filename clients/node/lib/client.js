@@ -85,6 +85,11 @@ class Claim {
     // how long the lease has left by idempo's clock (null without a lease)
     this.leaseLeftMs = numberOf(row.lease_left_ms);
   }
+
+  // An acquired answer read by once() (its attempt only): what new Claim(row) makes of it.
+  static acquired(attempt) {
+    return new Claim({ outcome: Outcome.ACQUIRED, status: Status.IN_PROGRESS, attempt });
+  }
 }
 
 // What a helper hands back: the result (the function's value, or the stored JSON on a replay).
@@ -114,6 +119,15 @@ const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.a
 // asked for separately (the rare case).
 const LEAN_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result, c.target_ref,
   c.error, c.conflict_id, c.review_id`;
+// once()'s claim: two columns.  Acquired, the attempt as text in \`a\`; any other answer the rest
+// in one JSON array there.  result stays a jsonb column, read by the driver's own parser as
+// before.  The driver's cost is per column (a parser looked up for each, every statement).
+const ONCE_COLUMNS = `CASE WHEN c.outcome = 'acquired' AND c.status = 'in_progress' AND c.target_ref IS NULL
+  AND c.error IS NULL AND c.conflict_id IS NULL AND c.review_id IS NULL THEN c.attempt::text ELSE json_build_array(c.outcome, c.status,
+  c.attempt, c.target_ref, c.error, c.conflict_id, c.review_id)::text END AS a, c.result`;
+const ONCE_CLAIM = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2, $3::jsonb) AS c`;
+const ONCE_CLAIM_NO_PARAMS = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2) AS c`;
+const ONCE_COMPLETE = 'SELECT idempo.complete($1, $2, result => $3::jsonb)::text AS status';
 
 // Builds "fn(a => $1, b => $2, ...)" from the arguments that are set, numbering them in order
 // (the text is made once per function and set of arguments).
@@ -143,6 +157,25 @@ function call(fn, args) {
     callTexts.set(shape, text);
   }
   return { text, values };
+}
+
+// idempo.claim(...) with the options that are set: {text, values}.
+function claimCall(scope, key, options) {
+  const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease, verifyUnknown } = options;
+  return call('idempo.claim', [
+    ['scope', scope, null], ['key', key, null],
+    ['params', params === undefined ? undefined : jsonText(params), 'jsonb'],
+    ['fingerprint', fingerprint === undefined ? undefined
+      : (Buffer.isBuffer(fingerprint) ? fingerprint.toString('hex') : fingerprint), 'text', (p) => `decode(${p}, 'hex')`],
+    ['run_id', runId, 'text'],
+    ['intent_at', intentAt === undefined ? undefined : dateOf(intentAt).toISOString(), 'timestamptz'],
+    ['wait', wait, 'boolean'],
+    ['complete_on_commit', completeOnCommit, 'boolean'],
+    ['lease', lease === undefined ? undefined : intervalText(lease), 'interval'],
+    // false: a caller that cannot look the action up (the HTTP middleware's retry without a
+    // lookup) is answered unknown without taking the verification lease
+    ['verify_unknown', verifyUnknown === false ? false : undefined, 'boolean'],
+  ]);
 }
 
 const UNSETTLED = Symbol('unsettled');
@@ -269,21 +302,7 @@ class Idempo {
   }
 
   async _claim(scope, key, options, lean) {
-    const { params, fingerprint, runId, intentAt, wait, completeOnCommit, lease, verifyUnknown } = options;
-    const { text, values } = call('idempo.claim', [
-      ['scope', scope, null], ['key', key, null],
-      ['params', params === undefined ? undefined : jsonText(params), 'jsonb'],
-      ['fingerprint', fingerprint === undefined ? undefined
-        : (Buffer.isBuffer(fingerprint) ? fingerprint.toString('hex') : fingerprint), 'text', (p) => `decode(${p}, 'hex')`],
-      ['run_id', runId, 'text'],
-      ['intent_at', intentAt === undefined ? undefined : dateOf(intentAt).toISOString(), 'timestamptz'],
-      ['wait', wait, 'boolean'],
-      ['complete_on_commit', completeOnCommit, 'boolean'],
-      ['lease', lease === undefined ? undefined : intervalText(lease), 'interval'],
-      // false: a caller that cannot look the action up (the HTTP middleware's retry without a
-      // lookup) is answered unknown without taking the verification lease
-      ['verify_unknown', verifyUnknown === false ? false : undefined, 'boolean'],
-    ]);
+    const { text, values } = claimCall(scope, key, options);
     const cacheKey = lean ? `lean:${text}` : text;
     let sql = claimTexts.get(cacheKey);
     if (sql === undefined) {
@@ -293,17 +312,51 @@ class Idempo {
     }
     const rows = await this._query(sql, values, scope, key);
     const claim = new Claim(rows[0]);
-    if (lean && claim.outcome === Outcome.BUSY) {
-      // the holder's lease, if it committed one (a holder still in its transaction has none)
-      const [row] = await this._query(`SELECT (extract(epoch FROM o.lease_expires_at) * 1000)::float8 AS expires_ms,
-          (extract(epoch FROM o.lease_expires_at - idempo.now()) * 1000)::float8 AS left_ms
-        FROM idempo.lookup($1, $2) AS o WHERE o.scope IS NOT NULL`, [scope, key], scope, key);
-      if (row) {
-        claim.leaseExpiresAt = dateOfMs(row.expires_ms);
-        claim.leaseLeftMs = numberOf(row.left_ms);
+    if (lean && claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
+    return claim;
+  }
+
+  // once()'s claim: the statement of _claim(..., true) and the same Claim, read from two
+  // columns; the text made once for a claim with no option but params (the usual one).
+  async _onceClaim(scope, key, options) {
+    const { params } = options;
+    let sql;
+    let values;
+    if (options.fingerprint === undefined && options.runId === undefined && options.intentAt === undefined
+      && options.wait === undefined && options.completeOnCommit === undefined && options.lease === undefined
+      && options.verifyUnknown === undefined) {
+      sql = params === undefined ? ONCE_CLAIM_NO_PARAMS : ONCE_CLAIM;
+      values = params === undefined ? [scope, key] : [scope, key, jsonText(params)];
+    } else {
+      const built = claimCall(scope, key, options);
+      values = built.values;
+      const cacheKey = `once:${built.text}`;
+      sql = claimTexts.get(cacheKey);
+      if (sql === undefined) {
+        sql = `SELECT ${ONCE_COLUMNS} FROM ${built.text} AS c`;
+        claimTexts.set(cacheKey, sql);
       }
     }
+    const [row] = await this._query(sql, values, scope, key);
+    const a = row.a;
+    if (a.charCodeAt(0) !== 91) return Claim.acquired(Number(a));       // not '[': the attempt
+    const [outcome, status, attempt, targetRef, error, conflictId, reviewId] = JSON.parse(a);
+    const claim = new Claim({
+      outcome, status, attempt, result: row.result, target_ref: targetRef, error, conflict_id: conflictId, review_id: reviewId,
+    });
+    if (claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
     return claim;
+  }
+
+  async _busyLease(claim, scope, key) {
+    // the holder's lease, if it committed one (a holder still in its transaction has none)
+    const [row] = await this._query(`SELECT (extract(epoch FROM o.lease_expires_at) * 1000)::float8 AS expires_ms,
+        (extract(epoch FROM o.lease_expires_at - idempo.now()) * 1000)::float8 AS left_ms
+      FROM idempo.lookup($1, $2) AS o WHERE o.scope IS NOT NULL`, [scope, key], scope, key);
+    if (row) {
+      claim.leaseExpiresAt = dateOfMs(row.expires_ms);
+      claim.leaseLeftMs = numberOf(row.left_ms);
+    }
   }
 
   async complete(scope, key, { attempt, result, targetRef } = {}) {
@@ -392,17 +445,23 @@ class Idempo {
     if (typeof fn !== 'function') throw new TypeError('idempo.once(scope, key, options, fn): fn must be a function');
     const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef, ...claimOptions } = options;
     if (onBusy !== 'wait' && onBusy !== 'raise') throw new TypeError(`idempo: onBusy must be 'wait' or 'raise', got ${onBusy}`);
-    await this.ensureVersion();
+    if (!this.root.versionOk) await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
     for (let round = 0; ; round += 1) {
       const answer = await this._transaction(async (tx) => {
         // wait (default true): a claim of the same key in a transaction still open is waited for
         // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
-        const claim = await tx._claim(scope, key, claimOptions, true);
+        const claim = await tx._onceClaim(scope, key, claimOptions);
         if (claim.outcome !== Outcome.ACQUIRED) return { claim };
         const value = await fn(tx.db.handle, claim);
         const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
-        await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+        if (ref === undefined || ref === null) {
+          // complete(scope, key, {result}) with its text made once
+          await tx._query(ONCE_COMPLETE, [scope, key, value === undefined || value === null ? null : jsonText(value)],
+            scope, key);
+        } else {
+          await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+        }
         return {
           done: new Done({ result: value, replayed: false, status: Status.SUCCEEDED, attempt: claim.attempt, targetRef: ref ?? null }),
         };

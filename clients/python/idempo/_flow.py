@@ -34,6 +34,14 @@ NARROW_COLUMNS = ('outcome::text, status::text, attempt, result::text, target_re
 # reads each through ctypes), and the acquired claim is the one that does the work.
 FAST_COLUMNS = ("outcome::text, attempt, result::text, CASE WHEN outcome <> 'acquired' THEN json_build_array("
                 "status, target_ref, error, extract(epoch FROM lease_expires_at), conflict_id, review_id)::text END")
+# once()'s claim: one column.  Acquired (with nothing else set), the attempt as text (what the work needs, one value to
+# read); any other answer a JSON array of the rest, read with one json.loads.  The driver's cost
+# is per column (Debian's psycopg reads each through ctypes), and the claim that acquires is the
+# one that does the work.
+LEAN_COLUMN = ("CASE WHEN outcome = 'acquired' AND status = 'in_progress' AND result IS NULL AND target_ref IS NULL "
+               "AND error IS NULL AND conflict_id IS NULL AND review_id IS NULL THEN attempt::text "
+               "ELSE json_build_array(outcome, status, attempt, result, target_ref, error, "
+               "extract(epoch FROM lease_expires_at), conflict_id, review_id)::text END")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,9 +111,9 @@ def interval(value) -> Optional[str]:
     return str(value)
 
 
-_ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
+_ENCODER = ENCODER = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False)     # made once: json.dumps with
 _OUTCOMES = {o.value: o for o in Outcome}                                  # arguments makes one per call
-_STATUSES = {s.value: s for s in Status}
+_STATUSES = STATUSES = {s.value: s for s in Status}
 
 
 def to_json(value) -> Optional[str]:
@@ -122,11 +130,16 @@ def _numeric(token: str):
     return float(token) + 0.0           # + 0.0: -0.0 becomes 0.0, as numeric has no negative zero
 
 
+def _jsonb_key(k: str):
+    """jsonb's order of an object's keys: shorter first, then by their UTF-8 bytes."""
+    b = k.encode()
+    return (len(b), b)
+
+
 def _jsonb_object(pairs):
-    """An object with its keys in jsonb's order (shorter first, then by their UTF-8 bytes; the
-    last of duplicates wins)."""
+    """An object with its keys in jsonb's order (the last of duplicates wins)."""
     last = dict(pairs)
-    return {k: last[k] for k in sorted(last, key=lambda k: (len(k.encode()), k.encode()))}
+    return {k: last[k] for k in sorted(last, key=_jsonb_key)}
 
 
 def as_stored(text: Optional[str]):
@@ -134,6 +147,39 @@ def as_stored(text: Optional[str]):
     as a str, keys in jsonb's order, 1e+16 as an int): what the first answer carries too, so that
     the first call and its retries agree."""
     return None if text is None else json.loads(text, parse_float=_numeric, object_pairs_hook=_jsonb_object)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(value):
+    """A copy of value as jsonb gives it back, for the types whose way through JSON is known
+    (what to_json writes and json.loads reads): raises _NotPlain for any other."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is dict:
+        for k in value:
+            if type(k) is not str:              # an int key comes back a str; None 'null'...
+                raise _NotPlain
+        keys = sorted(value, key=_jsonb_key) if len(value) > 1 else value
+        return {k: _plain(value[k]) for k in keys}
+    if t is list or t is tuple:
+        return [_plain(v) for v in value]
+    if t is float and value - value == 0.0:     # finite: NaN and Infinity are not JSON numbers
+        return _numeric(float.__repr__(value))  # the text the encoder writes
+    raise _NotPlain
+
+
+def stored(value, text: Optional[str]):
+    """as_stored(text) where text is to_json(value): the same answer, without parsing the text
+    back when value is made of dicts with str keys, lists, tuples, str, int, float, bool and None
+    (the JSON round trip was the largest part of what once() added to an operation)."""
+    try:
+        return _plain(value)
+    except (_NotPlain, RecursionError):
+        return as_stored(text)
 
 
 def claim_sql(*, params_sql: str = '%s::jsonb', fingerprint: bool = False, wait: bool = True,
@@ -191,6 +237,7 @@ def parse_claim(scope: str, key: str, row, fast: bool = False) -> Claim:
 
 
 COMPLETE_SQL = 'SELECT idempo.complete(%s, %s, attempt => %s, result => %s::jsonb, target_ref => %s)::text'
+COMPLETE_NO_REF_SQL = 'SELECT idempo.complete(%s, %s, attempt => %s, result => %s::jsonb)::text'
 FAIL_SQL = 'SELECT idempo.fail(%s, %s, attempt => %s, error => %s, retryable => %s)::text'
 VERIFY_SQL = ('SELECT idempo.verify(%s, %s, %s, found => %s, target_ref => %s, result => %s::jsonb)::text')
 HEARTBEAT_SQL = 'SELECT idempo.heartbeat(%s, %s, %s, %s::interval)'
@@ -244,6 +291,45 @@ def claim_flow(scope, key, params=None, *, params_sql='%s::jsonb', params_args=N
     row = yield Sql(sql, claim_args(scope, key, params_args, fingerprint=fingerprint, run_id=run_id,
                                     intent_at=intent_at, lease=lease))
     return parse_claim(scope, key, row, fast)
+
+
+_LEAN_SQL: dict = {}
+
+
+def lean_claim(scope, key, params, fingerprint=None, run_id=None, intent_at=None, wait=True):
+    """once()'s claim (on_busy='raise'): -> (sql, args); its answer is read by lean_answer."""
+    if type(scope) is not str or type(key) is not str:
+        text_names(scope, key)
+    shape = (fingerprint is not None, run_id is not None, intent_at is not None, wait)
+    sql = _LEAN_SQL.get(shape)
+    if sql is None:
+        sql = _LEAN_SQL[shape] = claim_sql(fingerprint=shape[0], run_id=shape[1], intent_at=shape[2],
+                                           wait=wait, fast=True).replace(FAST_COLUMNS, LEAN_COLUMN)
+    if shape == (False, False, False, True):
+        return sql, (scope, key, None if params is None else _ENCODER.encode(params))
+    return sql, claim_args(scope, key, (to_json(params),), fingerprint=fingerprint, run_id=run_id,
+                           intent_at=intent_at)
+
+
+def lean_answer(scope, key, text: str):
+    """-> the attempt (an int) if the claim acquired, else the Claim."""
+    if text[0] != '[':
+        return int(text)
+    outcome, status, attempt, result, target_ref, error, lease_end, conflict_id, review_id = json.loads(text)
+    return Claim(scope, key, _OUTCOMES[outcome], None if status is None else _STATUSES[status], attempt, result,
+                 target_ref, error, None,
+                 None if lease_end is None else _dt.datetime.fromtimestamp(float(lease_end), _dt.timezone.utc),
+                 conflict_id, review_id)
+
+
+def lean_claim_flow(scope, key, params, **claim_kw):
+    """lean_claim as a flow (the asyncio API's once()): -> Claim."""
+    sql, args = lean_claim(scope, key, params, **claim_kw)
+    row = yield Sql(sql, args)
+    answer = lean_answer(scope, key, row[0])
+    if type(answer) is int:
+        return Claim(scope, key, Outcome.ACQUIRED, Status.IN_PROGRESS, answer)
+    return answer
 
 
 def conflict_flow(claim: Claim):

@@ -40,6 +40,9 @@ def unwrap(conn):
 
 
 def transaction_open(raw) -> bool:
+    pgconn = getattr(raw, 'pgconn', None)
+    if pgconn is not None and hasattr(raw, 'info'):                   # psycopg 3, without its enum
+        return pgconn.transaction_status != 0
     info = getattr(raw, 'info', None)
     if info is not None and hasattr(info, 'transaction_status'):     # psycopg 3
         return int(info.transaction_status) != 0
@@ -47,6 +50,11 @@ def transaction_open(raw) -> bool:
     if status is not None:
         return status() != 0
     return not getattr(raw, 'autocommit', False)
+
+
+def _tuple_row():
+    from psycopg.rows import tuple_row
+    return tuple_row
 
 
 _checked: 'weakref.WeakKeyDictionary[Any, str]' = weakref.WeakKeyDictionary()
@@ -81,18 +89,23 @@ class Runner:
         self.conn = conn
         self.raw = unwrap(conn)
         self.direct = hasattr(self.raw, 'execute') and hasattr(self.raw, 'pgconn')     # psycopg 3
+        self.cursor = None          # psycopg 3: one cursor for the library's statements, made once
         self.lock = threading.RLock()
         self.beat = None
         self.version = None
 
     # -- database
     def execute(self, sql, args, fetch=True):
-        """One statement; -> its first row (fetch) or None.  psycopg 3's Connection.execute is
-        its cheapest path (no description is built, the cursor is not closed explicitly: it
-        holds nothing once fetched); any other DB-API connection goes through a cursor."""
+        """One statement; -> its first row (fetch) or None.  psycopg 3: one cursor, kept (a
+        cursor made per statement, as Connection.execute makes one, cost about as much client
+        CPU as the rest of what once() adds), reading tuples whatever the connection's
+        row_factory; any other DB-API connection goes through a cursor per statement."""
         with self.lock:
             if self.direct:
-                cur = self.raw.execute(sql, args)
+                cur = self.cursor
+                if cur is None or cur.closed:
+                    cur = self.cursor = self.raw.cursor(row_factory=_tuple_row())
+                cur.execute(sql, args)
                 return cur.fetchone() if fetch else None
             cur = self.raw.cursor()
             try:
@@ -100,6 +113,31 @@ class Runner:
                 return cur.fetchone() if fetch else None
             finally:
                 cur.close()
+
+    def value(self, sql, args):
+        """One statement, its error typed; -> the first column of its first row, as text.
+        psycopg 3: an ASCII value (an attempt, a status) read straight from libpq's result,
+        without building the row (fetchone() cost once() about as much client CPU as the rest
+        it adds); anything else through fetchone(), decoded as the connection's encoding says."""
+        try:
+            with self.lock:
+                if self.direct:
+                    cur = self.cursor
+                    if cur is None or cur.closed:
+                        cur = self.cursor = self.raw.cursor(row_factory=_tuple_row())
+                    cur.execute(sql, args)
+                    res = cur.pgresult
+                    if res is not None and res.ntuples == 1:
+                        v = res.get_value(0, 0)
+                        if v is not None and v.isascii():
+                            return v.decode('ascii')
+                    return cur.fetchone()[0]
+            return self.execute(sql, args)[0]
+        except Exception as err:
+            typed = F.translate(err)
+            if typed is err:
+                raise
+            raise typed from err
 
     def begin(self):
         if getattr(self.raw, 'autocommit', False):
@@ -293,36 +331,45 @@ class Once:
             raise ValueError("on_busy must be 'raise' or 'wait'")
         self._runner, self.scope, self.key, self.params = runner, scope, key, params
         self._on_busy, self._busy_timeout, self._claim_kw = on_busy, busy_timeout, claim_kw
-        self.claim: Optional[Claim] = None
+        self._claim: Optional[Claim] = None
+        self._outcome: Optional[Outcome] = None
+        self._attempt: Optional[int] = None
         self.result: Any = None
         self.target_ref: Optional[str] = None
         self.status: Optional[Status] = None
         self._finished = False
 
     @property
+    def claim(self) -> Optional[Claim]:
+        """The claim's answer (made when first asked for: an acquired claim reads only its attempt)."""
+        if self._claim is None and self._outcome is Outcome.ACQUIRED:
+            self._claim = Claim(self.scope, self.key, Outcome.ACQUIRED, Status.IN_PROGRESS, self._attempt)
+        return self._claim
+
+    @property
     def acquired(self) -> bool:
-        return self.claim is not None and self.claim.outcome is Outcome.ACQUIRED
+        return self._outcome is Outcome.ACQUIRED
 
     @property
     def replayed(self) -> bool:
-        return self.claim is not None and self.claim.outcome is Outcome.REPLAY
+        return self._outcome is Outcome.REPLAY
 
     @property
     def failed(self) -> bool:
-        return self.replayed and self.claim.status is Status.FAILED
+        return self._outcome is Outcome.REPLAY and self._claim.status is Status.FAILED
 
     @property
     def error(self) -> Optional[str]:
-        return self.claim.error if self.claim else None
+        return self._claim.error if self._claim is not None else None
 
     @property
     def attempt(self) -> Optional[int]:
-        return self.claim.attempt if self.claim else None
+        return self._attempt
 
     def _claim_flow(self):
         if self._on_busy == 'raise':
-            # one statement; an acquired claim reads two values (FAST_COLUMNS): the hot path
-            claim = yield from F.claim_flow(self.scope, self.key, self.params, fast=True, **self._claim_kw)
+            # one statement, one column; an acquired claim reads its attempt only: the hot path
+            claim = yield from F.lean_claim_flow(self.scope, self.key, self.params, **self._claim_kw)
         else:
             claim = yield from F.claim_until_decided(self.scope, self.key, self.params, on_busy=self._on_busy,
                                                      busy_timeout=self._busy_timeout, **self._claim_kw)
@@ -331,7 +378,7 @@ class Once:
         return claim
 
     def _entered(self, claim):
-        self.claim = claim
+        self._claim, self._outcome, self._attempt = claim, claim.outcome, claim.attempt
         if claim.outcome is Outcome.REPLAY:
             self.result, self.target_ref, self.status = claim.result, claim.target_ref, claim.status
         return self
@@ -350,31 +397,58 @@ class Once:
             raise IdempoError(f'{what}: key "{self.key}" in scope "{self.scope}" was not acquired by this block'
                               if not self.acquired else f'{what}: the operation is finished already')
 
-    def _complete_flow(self, result, target_ref):
+    def _complete_args(self, result, target_ref):
         self._owner('complete')
         self.result, self.target_ref = result if result is not None else self.result, target_ref or self.target_ref
         text = F.to_json(self.result)
-        self.result = F.as_stored(text)         # what a replay will read: the first answer agrees with it
-        return F.status_flow(F.COMPLETE_SQL, (self.scope, self.key, self.claim.attempt, text, self.target_ref))
+        self.result = F.stored(self.result, text)       # what a replay will read: the first answer agrees with it
+        if self.target_ref is None:
+            return F.COMPLETE_NO_REF_SQL, (self.scope, self.key, self._attempt, text)
+        return F.COMPLETE_SQL, (self.scope, self.key, self._attempt, text, self.target_ref)
+
+    def _complete_flow(self, result, target_ref):
+        sql, args = self._complete_args(result, target_ref)
+        return F.status_flow(sql, args)
 
     def _fail_flow(self, error, retryable):
         self._owner('fail')
-        return F.status_flow(F.FAIL_SQL, (self.scope, self.key, self.claim.attempt, error, retryable))
+        return F.status_flow(F.FAIL_SQL, (self.scope, self.key, self._attempt, error, retryable))
 
     def _finish(self, status):
         self.status, self._finished = status, True
         return status
 
     def __enter__(self):
-        if not transaction_open(self._runner.raw) and getattr(self._runner.raw, 'autocommit', False):
+        runner = self._runner
+        if getattr(runner.raw, 'autocommit', False) and not transaction_open(runner.raw):
             raise NoTransaction(f'once({self.scope!r}, {self.key!r}) runs in your transaction, and the connection '
                                 'has none open: use conn.transaction() (psycopg), transaction.atomic() (Django), '
                                 'session.begin() (SQLAlchemy), or turn autocommit off')
-        return self._entered(self._runner.run(self._claim_flow()))
+        if self._on_busy != 'raise':
+            return self._entered(runner.run(self._claim_flow()))
+        # The hot path, without the flow's generators: the same statement and answers as
+        # _claim_flow (the asyncio API runs that one).
+        runner.ensure_version()
+        sql, args = F.lean_claim(self.scope, self.key, self.params, **self._claim_kw)
+        answer = F.lean_answer(self.scope, self.key, runner.value(sql, args))
+        if type(answer) is int:
+            self._outcome, self._attempt = Outcome.ACQUIRED, answer
+            return self
+        if answer.outcome is not Outcome.REPLAY and answer.outcome is not Outcome.ACQUIRED:
+            raise runner.run(F.refusal_flow(answer), check=False)
+        return self._entered(answer)
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None and self.acquired and not self._finished:
-            self._finish(self._runner.run(self._complete_flow(None, None), check=False))
+        if exc_type is None and self._outcome is Outcome.ACQUIRED and not self._finished:
+            # _complete_args(None, None) without the checks it makes (acquired, not finished)
+            result = self.result
+            text = None if result is None else F.ENCODER.encode(result)
+            self.result = F.stored(result, text)         # what a replay will read: the first answer agrees with it
+            if self.target_ref is None:
+                sql, args = F.COMPLETE_NO_REF_SQL, (self.scope, self.key, self._attempt, text)
+            else:
+                sql, args = F.COMPLETE_SQL, (self.scope, self.key, self._attempt, text, self.target_ref)
+            self.status, self._finished = F.STATUSES[self._runner.value(sql, args)], True
         return False
 
 

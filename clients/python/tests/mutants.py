@@ -284,8 +284,30 @@ MUTANTS = [
      'True if isinstance(err, ConnectionError) else None',
      'tests/test_payment_job.py::test_the_payment_job[payment_job]'),
     ('first-answer-unstored', "once's first answer is the object set, its replay the jsonb read back: a tuple turns into a list on a retry",
-     'idempo/_sync.py', "        self.result = F.as_stored(text)", "        pass",
+     'idempo/_sync.py', "            self.result = F.stored(result, text)", "            pass",
      'tests/test_core.py::test_a_result_reads_the_same_the_first_time_and_replayed'),
+    ('first-answer-fast-key-order', "once's first answer, copied without parsing it back, keeps the keys in the order "
+     "set, its replay in jsonb's order",
+     'idempo/_flow.py', "        keys = sorted(value, key=_jsonb_key) if len(value) > 1 else value", "        keys = value",
+     'tests/test_flows.py::test_the_first_answer_is_what_jsonb_gives_back_without_parsing_it_again '
+     'tests/test_core.py::test_a_number_reads_the_same_the_first_time_and_replayed'),
+    ('first-answer-fast-exponent-float', "once's first answer, copied without parsing it back, keeps 1e+16 a float, "
+     "its replay the int jsonb writes",
+     'idempo/_flow.py', "        return _numeric(float.__repr__(value))", "        return value",
+     'tests/test_flows.py::test_the_first_answer_is_what_jsonb_gives_back_without_parsing_it_again '
+     'tests/test_core.py::test_a_number_reads_the_same_the_first_time_and_replayed'),
+    ('first-answer-fast-tuple', "once's first answer, copied without parsing it back, keeps a tuple, its replay a list",
+     'idempo/_flow.py', "        return [_plain(v) for v in value]", "        return value if t is tuple else [_plain(v) for v in value]",
+     'tests/test_flows.py::test_the_first_answer_is_what_jsonb_gives_back_without_parsing_it_again'),
+    ('once-enters-on-busy', "once() without the flow's generators enters the block on a busy answer (the work runs "
+     "while another holds the key) instead of raising Busy",
+     'idempo/_sync.py', "        if answer.outcome is not Outcome.REPLAY and answer.outcome is not Outcome.ACQUIRED:",
+     "        if answer.outcome is Outcome.CONFLICT:",
+     'tests/test_core.py::test_once_busy_raises_or_waits'),
+    ('value-any-bytes-as-ascii', "a claim's answer read straight from libpq is decoded as ASCII whatever it holds: "
+     "a replay of a result with an accent fails",
+     'idempo/_sync.py', "                        if v is not None and v.isascii():", "                        if v is not None:",
+     'tests/test_core.py::test_a_number_reads_the_same_the_first_time_and_replayed'),
     ('call-first-answer-unstored', "call_once's first Done carries record's object, its replay the jsonb read back",
      'idempo/_flow.py', "    return Done(scope, key, status, attempt, as_stored(text), ref)",
      "    return Done(scope, key, status, attempt, result, ref)",

@@ -176,3 +176,24 @@ def test_versioned_with_the_extension():
     assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == default
     assert idempo.__version__ == default == F.LIBRARY_VERSION
     assert F.supported(default)
+
+
+def test_the_first_answer_is_what_jsonb_gives_back_without_parsing_it_again():
+    # once() answers the first time with the result as its replay will read it (docs/python.md);
+    # F.stored makes that copy directly for the plain types, and must agree with the JSON round
+    # trip (as_stored) exactly: the same values, types and key order.
+    values = [
+        None, True, False, 0, -7, 2 ** 70, 'x', '', 'naïve ✓', 2.5, -0.0, 0.1, 1e16, 1.5e300, 1e-05, 1.25e-10, 123.0,
+        [], (), [1, (2, 3)], {}, {'b': 1, 'a': 2, 'aa': 3, 'é': 4, 'z': 5}, {'reserved': 2},
+        {'nested': {'zz': [1.0, {'y': None, 'x': True}], 'a': ()}, 'k': 'v'},
+        {7: 'seven', 'ids': (1, 2)},              # not plain (an int key): parsed back
+        {'m': {None: 1.0}}, {'f': float('inf')}, [float('nan')], {'t': True, 1: 2},
+    ]
+    for value in values:
+        text = F.to_json(value)
+        expected = F.as_stored(text)
+        got = F.stored(value, text)
+        assert repr(got) == repr(expected), value
+        assert type(got) is type(expected)
+        if isinstance(value, (list, dict)) and value:
+            assert got is not value                 # a copy: changing the object set later changes no answer
