@@ -61,6 +61,9 @@ _checked: 'weakref.WeakKeyDictionary[Any, str]' = weakref.WeakKeyDictionary()
 _checked_lock = threading.Lock()
 
 
+# A Runner kept per connection holds it weakly, and its psycopg 3 cursor lives on the connection
+# (a cycle the collector frees): a value of this dictionary that held its key strongly would keep
+# every connection the library ever saw alive.
 _runners: 'weakref.WeakKeyDictionary[Any, Runner]' = weakref.WeakKeyDictionary()
 
 
@@ -73,26 +76,49 @@ def runner_for(conn) -> 'Runner':
     except TypeError:                 # not weakly referable
         return Runner(conn)
     if runner is None:
-        runner = Runner(conn)
-        if runner.raw is conn:
-            # two threads may get here at once: one Runner per connection (its lock keeps the
-            # heartbeat's BEGIN/heartbeat/COMMIT apart from the other statements), so the first wins
-            with _checked_lock:
-                runner = _runners.setdefault(conn, runner)
+        if unwrap(conn) is not conn:
+            return Runner(conn)
+        # two threads may get here at once: one Runner per connection (its lock keeps the
+        # heartbeat's BEGIN/heartbeat/COMMIT apart from the other statements), so the first wins
+        with _checked_lock:
+            runner = _runners.setdefault(conn, Runner(conn, kept=True))
     return runner
 
 
 class Runner:
     """Runs a flow's operations on one connection."""
 
-    def __init__(self, conn):
-        self.conn = conn
-        self.raw = unwrap(conn)
+    def __init__(self, conn, kept=False):
+        # kept (in _runners): the connection weakly; the caller holds it during a call, a Once
+        # for as long as it lives
+        if kept:
+            self._conn = self._raw = weakref.ref(conn)
+        else:
+            raw = unwrap(conn)
+            self._conn, self._raw = (lambda: conn), (lambda: raw)
         self.direct = hasattr(self.raw, 'execute') and hasattr(self.raw, 'pgconn')     # psycopg 3
-        self.cursor = None          # psycopg 3: one cursor for the library's statements, made once
         self.lock = threading.RLock()
         self.beat = None
         self.version = None
+
+    @property
+    def conn(self):
+        return self._conn()
+
+    @property
+    def raw(self):
+        return self._raw()
+
+    def _cursor(self, raw):
+        """psycopg 3: the library's one cursor of this connection, made once and kept on it."""
+        cur = getattr(raw, '_idempo_cursor', None)
+        if cur is None or cur.closed:
+            cur = raw.cursor(row_factory=_tuple_row())
+            try:
+                raw._idempo_cursor = cur
+            except AttributeError:          # a connection class without attributes: not kept
+                pass
+        return cur
 
     # -- database
     def execute(self, sql, args, fetch=True):
@@ -102,9 +128,7 @@ class Runner:
         row_factory; any other DB-API connection goes through a cursor per statement."""
         with self.lock:
             if self.direct:
-                cur = self.cursor
-                if cur is None or cur.closed:
-                    cur = self.cursor = self.raw.cursor(row_factory=_tuple_row())
+                cur = self._cursor(self.raw)
                 cur.execute(sql, args)
                 return cur.fetchone() if fetch else None
             cur = self.raw.cursor()
@@ -122,9 +146,7 @@ class Runner:
         try:
             with self.lock:
                 if self.direct:
-                    cur = self.cursor
-                    if cur is None or cur.closed:
-                        cur = self.cursor = self.raw.cursor(row_factory=_tuple_row())
+                    cur = self._cursor(self.raw)
                     cur.execute(sql, args)
                     res = cur.pgresult
                     if res is not None and res.ntuples == 1:
@@ -330,6 +352,7 @@ class Once:
         if on_busy not in ('raise', 'wait'):
             raise ValueError("on_busy must be 'raise' or 'wait'")
         self._runner, self.scope, self.key, self.params = runner, scope, key, params
+        self._conn = runner.conn        # held while this lives: the kept Runner holds it weakly
         self._on_busy, self._busy_timeout, self._claim_kw = on_busy, busy_timeout, claim_kw
         self._claim: Optional[Claim] = None
         self._outcome: Optional[Outcome] = None

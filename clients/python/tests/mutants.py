@@ -400,6 +400,10 @@ MUTANTS = [
      'replayed as a reply: Reply.from_stored raises, a 500 on every retry',
      'idempo/http.py', "        if Reply.is_stored(claim.result):\n", "        if True:\n",
      'tests/test_http.py::test_settled_by_a_person_without_a_reply_409_with_what_is_known'),
+    ('runner-holds-connection', 'the Runner kept per connection holds it strongly: every connection the library '
+     'used stays alive after the application dropped it',
+     'idempo/_sync.py', "self._conn = self._raw = weakref.ref(conn)", "self._conn = self._raw = (lambda: conn)",
+     "tests/test_core.py -k freed"),
     ('version-prefix-accepted', "a database version that only starts like a supported one ('1.0.0-beta', "
      "'1.0.0.1') is accepted, where the Node library refuses it",
      'idempo/_flow.py', "SUPPORTED.fullmatch(version) is not None", "SUPPORTED.match(version) is not None",

@@ -399,3 +399,21 @@ def test_busy_says_until_when_and_what_to_do(conn, db, scope):
         with conn.transaction(), idempo.once(conn, s, k):
             pass
     assert 'until its lease ends at' in str(busy.value) and "on_busy='wait'" in str(busy.value), str(busy.value)
+
+
+def test_a_connection_the_library_used_is_freed_when_the_application_drops_it(dbname, scope):
+    """The library keeps per-connection state (its Runner, the version check, one cursor); none
+    of it may keep the connection alive after the application let it go (a service opening
+    connections would grow without end)."""
+    import gc
+    import weakref
+    s = scope()
+    c = psycopg.connect(dbname=dbname, autocommit=True)
+    with c.transaction(), idempo.once(c, s, new_key(), {'n': 1}) as op:
+        op.result = {'ok': True}
+    idempo.claim(c, s, new_key(), complete_on_commit=True)
+    gone = weakref.ref(c)
+    c.close()
+    del c, op
+    gc.collect()
+    assert gone() is None
