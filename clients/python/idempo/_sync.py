@@ -80,8 +80,9 @@ def runner_for(conn) -> 'Runner':
             return Runner(conn)
         # two threads may get here at once: one Runner per connection (its lock keeps the
         # heartbeat's BEGIN/heartbeat/COMMIT apart from the other statements), so the first wins
+        runner = Runner(conn, kept=True)
         with _checked_lock:
-            runner = _runners.setdefault(conn, Runner(conn, kept=True))
+            runner = _runners.setdefault(conn, runner)
     return runner
 
 

@@ -377,8 +377,8 @@ def test_one_runner_per_connection_across_threads(conn, monkeypatch):
     _sync._runners.pop(conn, None)
     barrier, made, real = threading.Barrier(2), [], _sync.Runner.__init__
 
-    def init(self, c):
-        real(self, c)
+    def init(self, c, **kw):
+        real(self, c, **kw)
         try:
             barrier.wait(timeout=2)          # both threads have made a Runner before either stores it
         except threading.BrokenBarrierError:
