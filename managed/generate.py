@@ -482,7 +482,7 @@ def edition_refresh(install_body):
     """The managed edition's own part of every update: its functions and procedures as this
     version has them (CREATE OR REPLACE: grants kept, a new helper made), the helpers an earlier
     version had and this one lacks dropped (idempo.managed_* not made or replaced by this
-    transaction), then the function grants of the install script, which a fresh install ends
+    transaction or its subtransactions: a row version of pg_proc older than the transaction), then the function grants of the install script, which a fresh install ends
     with.  test/upgrade/catalog.sql's comparison in managed/run holds the result to a fresh
     install."""
     files, _, _ = load_edition(os.path.join(HERE, 'sql'))
@@ -503,7 +503,9 @@ BEGIN
     FOR stale IN
         SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
          WHERE p.pronamespace = 'idempo'::regnamespace AND p.proname LIKE 'managed\\_%'
-           AND p.xmin::text <> (pg_catalog.pg_current_xact_id()::text::numeric % 4294967296)::text
+           -- made or replaced by this transaction or one of its subtransactions (an update run
+           -- under a SAVEPOINT): an xid not older than this transaction's, age 0 or less
+           AND pg_catalog.age(p.xmin) > 0
     LOOP
         EXECUTE pg_catalog.format('DROP FUNCTION %s', stale);
     END LOOP;

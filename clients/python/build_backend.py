@@ -36,6 +36,14 @@ def _metadata(p):
             'Requires-Dist: jinja2; extra == "console"\n')
 
 
+def _license():
+    """The license text: beside this file in an sdist (or a release's copy), else the repository's."""
+    for path in (os.path.join(HERE, 'LICENSE'), os.path.join(HERE, '..', '..', 'LICENSE')):
+        if os.path.isfile(path):
+            return open(path, 'rb').read()
+    raise FileNotFoundError('no LICENSE beside clients/python or at the repository root')
+
+
 def _sources():
     root = os.path.join(HERE, NAME)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -80,6 +88,7 @@ def _wheel(wheel_directory, files):
         for arcname, data in files:
             add(arcname, data)
         add(f'{info}/METADATA', _metadata(p).encode())
+        add(f'{info}/LICENSE', _license())
         add(f'{info}/WHEEL', f'Wheel-Version: 1.0\nGenerator: idempo build_backend\nRoot-Is-Purelib: true\n'
                              f'Tag: {TAG}\n'.encode())
         record.append(f'{info}/RECORD,,')
@@ -111,6 +120,10 @@ def build_sdist(sdist_directory, config_settings=None):
                 tar.add(os.path.join(HERE, rel), f'{base}/{rel}')
         for full, arcname in _sources():
             tar.add(full, f'{base}/{arcname}')
+        lic = _license()
+        ti = tarfile.TarInfo(f'{base}/LICENSE')
+        ti.size, ti.mode = len(lic), 0o644
+        tar.addfile(ti, io.BytesIO(lic))
         pkg = _metadata(p).encode()
         ti = tarfile.TarInfo(f'{base}/PKG-INFO')
         ti.size = len(pkg)
