@@ -86,9 +86,23 @@ class Claim {
     this.leaseLeftMs = numberOf(row.lease_left_ms);
   }
 
-  // An acquired answer read by once() (its attempt only): what new Claim(row) makes of it.
+  // An acquired answer read by once() (its attempt only): what new Claim(row) makes of it,
+  // without the row.
   static acquired(attempt) {
-    return new Claim({ outcome: Outcome.ACQUIRED, status: Status.IN_PROGRESS, attempt });
+    const claim = Object.create(Claim.prototype);
+    claim.outcome = Outcome.ACQUIRED;
+    claim.status = Status.IN_PROGRESS;
+    claim.attempt = attempt;
+    claim.result = null;
+    claim.targetRef = null;
+    claim.error = null;
+    claim.firstSeenAt = null;
+    claim.leaseExpiresAt = null;
+    claim.conflictId = null;
+    claim.reviewId = null;
+    claim.completedAt = null;
+    claim.leaseLeftMs = null;
+    return claim;
   }
 }
 
@@ -102,6 +116,20 @@ class Done {
     this.targetRef = targetRef;
     this.error = error;
     this.verified = verified;
+  }
+
+  // once()'s answer after its work: what new Done({result, replayed: false, status: succeeded,
+  // attempt, targetRef}) makes, without the object of options.
+  static succeeded(result, attempt, targetRef) {
+    const done = Object.create(Done.prototype);
+    done.result = result === undefined ? null : result;
+    done.replayed = false;
+    done.status = Status.SUCCEEDED;
+    done.attempt = attempt;
+    done.targetRef = targetRef;
+    done.error = null;
+    done.verified = false;
+    return done;
   }
 }
 
@@ -178,6 +206,36 @@ function claimCall(scope, key, options) {
   ]);
 }
 
+// once()'s claim: {sql, values}, the text made once for a claim with no option but params (the
+// usual one).
+function onceClaimCall(scope, key, options) {
+  const { params } = options;
+  if (options.fingerprint === undefined && options.runId === undefined && options.intentAt === undefined
+    && options.wait === undefined && options.completeOnCommit === undefined && options.lease === undefined
+    && options.verifyUnknown === undefined) {
+    return params === undefined ? { sql: ONCE_CLAIM_NO_PARAMS, values: [scope, key] }
+      : { sql: ONCE_CLAIM, values: [scope, key, jsonText(params)] };
+  }
+  const built = claimCall(scope, key, options);
+  const cacheKey = `once:${built.text}`;
+  let sql = claimTexts.get(cacheKey);
+  if (sql === undefined) {
+    sql = `SELECT ${ONCE_COLUMNS} FROM ${built.text} AS c`;
+    claimTexts.set(cacheKey, sql);
+  }
+  return { sql, values: built.values };
+}
+
+// The Claim of once()'s answer row (ONCE_COLUMNS); a busy one without its lease yet.
+function onceClaimOf(row) {
+  const a = row.a;
+  if (a.charCodeAt(0) !== 91) return Claim.acquired(Number(a));       // not '[': the attempt
+  const [outcome, status, attempt, targetRef, error, conflictId, reviewId] = JSON.parse(a);
+  return new Claim({
+    outcome, status, attempt, result: row.result, target_ref: targetRef, error, conflict_id: conflictId, review_id: reviewId,
+  });
+}
+
 const UNSETTLED = Symbol('unsettled');
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -235,6 +293,7 @@ class Idempo {
     if (!root) {
       this.versionChecked = null;
       this.versionOk = false;
+      this.onAdapters = new WeakMap();    // a transaction's adapter -> the Idempo on it
     }
   }
 
@@ -246,8 +305,16 @@ class Idempo {
 
   // The same library (options, log, the version check of its pool) on another adapter: a
   // transaction's, that this library or the middleware opened.
+  // Made once per adapter: a pool client's transaction adapter is made once per client, and
+  // an Idempo keeps nothing of one transaction.
   _on(db) {
-    return new Idempo(db, this.options, this.root);
+    const made = this.root.onAdapters;
+    let idem = made.get(db);
+    if (idem === undefined) {
+      idem = new Idempo(db, this.options, this.root);
+      made.set(db, idem);
+    }
+    return idem;
   }
 
   // Checks once per Idempo (a pool) that the database has idempo's SQL objects of a supported
@@ -319,31 +386,9 @@ class Idempo {
   // once()'s claim: the statement of _claim(..., true) and the same Claim, read from two
   // columns; the text made once for a claim with no option but params (the usual one).
   async _onceClaim(scope, key, options) {
-    const { params } = options;
-    let sql;
-    let values;
-    if (options.fingerprint === undefined && options.runId === undefined && options.intentAt === undefined
-      && options.wait === undefined && options.completeOnCommit === undefined && options.lease === undefined
-      && options.verifyUnknown === undefined) {
-      sql = params === undefined ? ONCE_CLAIM_NO_PARAMS : ONCE_CLAIM;
-      values = params === undefined ? [scope, key] : [scope, key, jsonText(params)];
-    } else {
-      const built = claimCall(scope, key, options);
-      values = built.values;
-      const cacheKey = `once:${built.text}`;
-      sql = claimTexts.get(cacheKey);
-      if (sql === undefined) {
-        sql = `SELECT ${ONCE_COLUMNS} FROM ${built.text} AS c`;
-        claimTexts.set(cacheKey, sql);
-      }
-    }
+    const { sql, values } = onceClaimCall(scope, key, options);
     const [row] = await this._query(sql, values, scope, key);
-    const a = row.a;
-    if (a.charCodeAt(0) !== 91) return Claim.acquired(Number(a));       // not '[': the attempt
-    const [outcome, status, attempt, targetRef, error, conflictId, reviewId] = JSON.parse(a);
-    const claim = new Claim({
-      outcome, status, attempt, result: row.result, target_ref: targetRef, error, conflict_id: conflictId, review_id: reviewId,
-    });
+    const claim = onceClaimOf(row);
     if (claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
     return claim;
   }
@@ -443,31 +488,50 @@ class Idempo {
   async once(scope, key, options, fn) {
     if (typeof options === 'function') { fn = options; options = {}; }
     if (typeof fn !== 'function') throw new TypeError('idempo.once(scope, key, options, fn): fn must be a function');
-    const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef, ...claimOptions } = options;
+    // the claim reads only its own options of these (no copy of the rest made per call)
+    const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef } = options;
     if (onBusy !== 'wait' && onBusy !== 'raise') throw new TypeError(`idempo: onBusy must be 'wait' or 'raise', got ${onBusy}`);
     if (!this.root.versionOk) await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
-    for (let round = 0; ; round += 1) {
-      const answer = await this._transaction(async (tx) => {
-        // wait (default true): a claim of the same key in a transaction still open is waited for
-        // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
-        const claim = await tx._onceClaim(scope, key, claimOptions);
-        if (claim.outcome !== Outcome.ACQUIRED) return { claim };
-        const value = await fn(tx.db.handle, claim);
-        const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
-        if (ref === undefined || ref === null) {
-          // complete(scope, key, {result}) with its text made once
-          await tx._query(ONCE_COMPLETE, [scope, key, value === undefined || value === null ? null : jsonText(value)],
-            scope, key);
-        } else {
-          await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+    const { sql, values } = onceClaimCall(scope, key, options);
+    // The transaction's steps with no more awaits than the same SQL by hand: the statements sent
+    // through the driver's own promise where the adapter offers it (pg), the answer of the body
+    // a Done or the Claim that did not acquire.
+    const body = async (tx) => {
+      // wait (default true): a claim of the same key in a transaction still open is waited for
+      // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
+      const db = tx.db;
+      let row;
+      try {
+        row = db.result ? (await db.result(sql, values)).rows[0] : (await db.query(sql, values))[0];
+      } catch (err) {
+        throw fromDatabaseError(err, scope, key);
+      }
+      const claim = onceClaimOf(row);
+      if (claim.outcome !== Outcome.ACQUIRED) {
+        if (claim.outcome === Outcome.BUSY) await tx._busyLease(claim, scope, key);
+        return claim;
+      }
+      const value = await fn(db.handle, claim);
+      const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
+      if (ref === undefined || ref === null) {
+        // complete(scope, key, {result}) with its text made once
+        const args = [scope, key, value === undefined || value === null ? null : jsonText(value)];
+        try {
+          if (db.result) await db.result(ONCE_COMPLETE, args);
+          else await db.query(ONCE_COMPLETE, args);
+        } catch (err) {
+          throw fromDatabaseError(err, scope, key);
         }
-        return {
-          done: new Done({ result: value, replayed: false, status: Status.SUCCEEDED, attempt: claim.attempt, targetRef: ref ?? null }),
-        };
-      });
-      if (answer.done) return answer.done;
-      const { claim } = answer;
+      } else {
+        await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+      }
+      return Done.succeeded(value, claim.attempt, ref ?? null);
+    };
+    for (let round = 0; ; round += 1) {
+      const answer = await this._transaction(body);
+      if (answer instanceof Done) return answer;
+      const claim = answer;
       if (claim.outcome === Outcome.REPLAY) return replayOf(claim);
       if (claim.outcome === Outcome.BUSY && onBusy === 'wait' && Date.now() < deadline) {
         await sleep(backoff(round, claim, deadline));
