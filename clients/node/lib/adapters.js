@@ -36,8 +36,7 @@ const rowsOf = (result) => result.rows;
 // restart, pg_terminate_backend) emits 'error' on the client, which without a listener ends the
 // process.  The guard fails the transaction instead (the client is then released as broken:
 // the pool discards it).  It is attached once per client and stays (an add and a remove per
-// transaction cost more than the transaction's SQL by hand spends on the client); out of the
-// library's transactions, when it is the client's only listener, it steps aside and the error is
+// transaction are work the same SQL by hand does not do); out of the library's transactions, when it is the client's only listener, it steps aside and the error is
 // emitted unhandled: an application's own checkout of the client ends the process as without
 // idempo.
 const guards = new WeakMap();

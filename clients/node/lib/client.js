@@ -85,25 +85,6 @@ class Claim {
     // how long the lease has left by idempo's clock (null without a lease)
     this.leaseLeftMs = numberOf(row.lease_left_ms);
   }
-
-  // An acquired answer read by once() (its attempt only): what new Claim(row) makes of it,
-  // without the row.
-  static acquired(attempt) {
-    const claim = Object.create(Claim.prototype);
-    claim.outcome = Outcome.ACQUIRED;
-    claim.status = Status.IN_PROGRESS;
-    claim.attempt = attempt;
-    claim.result = null;
-    claim.targetRef = null;
-    claim.error = null;
-    claim.firstSeenAt = null;
-    claim.leaseExpiresAt = null;
-    claim.conflictId = null;
-    claim.reviewId = null;
-    claim.completedAt = null;
-    claim.leaseLeftMs = null;
-    return claim;
-  }
 }
 
 // What a helper hands back: the result (the function's value, or the stored JSON on a replay).
@@ -147,12 +128,11 @@ const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.a
 // asked for separately (the rare case).
 const LEAN_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result, c.target_ref,
   c.error, c.conflict_id, c.review_id`;
-// once()'s claim: two columns.  Acquired, the attempt as text in \`a\`; any other answer the rest
-// in one JSON array there.  result stays a jsonb column, read by the driver's own parser as
-// before.  The driver's cost is per column (a parser looked up for each, every statement).
-const ONCE_COLUMNS = `CASE WHEN c.outcome = 'acquired' AND c.status = 'in_progress' AND c.target_ref IS NULL
-  AND c.error IS NULL AND c.conflict_id IS NULL AND c.review_id IS NULL THEN c.attempt::text ELSE json_build_array(c.outcome, c.status,
-  c.attempt, c.target_ref, c.error, c.conflict_id, c.review_id)::text END AS a, c.result`;
+// once()'s claim: the columns of the lean claim, each a plain value PostgreSQL outputs as it is.
+// (An earlier form read two columns, the attempt or the rest as one JSON array built by a CASE:
+// less for the driver to read, but more for the server to parse, plan and build on every
+// claim than the client saved.)
+const ONCE_COLUMNS = LEAN_COLUMNS;
 const ONCE_CLAIM = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2, $3::jsonb) AS c`;
 const ONCE_CLAIM_NO_PARAMS = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2) AS c`;
 const ONCE_COMPLETE = 'SELECT idempo.complete($1, $2, result => $3::jsonb)::text AS status';
@@ -224,16 +204,6 @@ function onceClaimCall(scope, key, options) {
     claimTexts.set(cacheKey, sql);
   }
   return { sql, values: built.values };
-}
-
-// The Claim of once()'s answer row (ONCE_COLUMNS); a busy one without its lease yet.
-function onceClaimOf(row) {
-  const a = row.a;
-  if (a.charCodeAt(0) !== 91) return Claim.acquired(Number(a));       // not '[': the attempt
-  const [outcome, status, attempt, targetRef, error, conflictId, reviewId] = JSON.parse(a);
-  return new Claim({
-    outcome, status, attempt, result: row.result, target_ref: targetRef, error, conflict_id: conflictId, review_id: reviewId,
-  });
 }
 
 const UNSETTLED = Symbol('unsettled');
@@ -383,16 +353,6 @@ class Idempo {
     return claim;
   }
 
-  // once()'s claim: the statement of _claim(..., true) and the same Claim, read from two
-  // columns; the text made once for a claim with no option but params (the usual one).
-  async _onceClaim(scope, key, options) {
-    const { sql, values } = onceClaimCall(scope, key, options);
-    const [row] = await this._query(sql, values, scope, key);
-    const claim = onceClaimOf(row);
-    if (claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
-    return claim;
-  }
-
   async _busyLease(claim, scope, key) {
     // the holder's lease, if it committed one (a holder still in its transaction has none)
     const [row] = await this._query(`SELECT (extract(epoch FROM o.lease_expires_at) * 1000)::float8 AS expires_ms,
@@ -507,7 +467,7 @@ class Idempo {
       } catch (err) {
         throw fromDatabaseError(err, scope, key);
       }
-      const claim = onceClaimOf(row);
+      const claim = new Claim(row);
       if (claim.outcome !== Outcome.ACQUIRED) {
         if (claim.outcome === Outcome.BUSY) await tx._busyLease(claim, scope, key);
         return claim;
