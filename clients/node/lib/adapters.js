@@ -30,6 +30,75 @@ function inTurn(conn, fn) {
   return run;
 }
 const rowsOf = (result) => result.rows;
+
+// A client checked out of a pool is ours until released: pg-pool removes its own idle 'error'
+// listener at checkout, and a connection the server ends while the transaction is idle (a
+// restart, pg_terminate_backend) emits 'error' on the client, which without a listener ends the
+// process.  The guard fails the transaction instead (the client is then released as broken:
+// the pool discards it).  It is attached once per client and stays (an add and a remove per
+// transaction are work the same SQL by hand does not do); out of the library's transactions, when it is the client's only listener, it steps aside and the error is
+// emitted unhandled: an application's own checkout of the client ends the process as without
+// idempo.
+const guards = new WeakMap();
+function guardOf(client) {
+  let guard = guards.get(client);
+  if (guard === undefined) {
+    const g = { active: false, lost: null };
+    const listener = (err) => {
+      if (g.active) {
+        g.lost = g.lost ?? err;
+      } else if (client.listenerCount('error') === 1) {
+        client.removeListener('error', listener);
+        client.emit('error', err);             // unhandled, as without idempo
+      }
+    };
+    client.on('error', listener);
+    guards.set(client, g);
+    guard = g;
+  }
+  return guard;
+}
+
+// A pool's transaction: a client checked out, BEGIN, fn(the client's adapter), COMMIT.
+async function poolTransaction(pool, fn) {
+  let client;
+  try {
+    client = await pool.connect();
+  } catch (err) {
+    throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
+  }
+  const guard = guardOf(client);
+  guard.active = true;
+  guard.lost = null;
+  let broken;
+  try {
+    await client.query('BEGIN');
+    const value = await fn(txAdapterOf(client));
+    await client.query('COMMIT');
+    return value;
+  } catch (err) {
+    // A failed COMMIT has ended the transaction already; ROLLBACK then only warns.
+    await client.query('ROLLBACK').catch((e) => { broken = e; });
+    if (guard.lost) throw ConnectionLostError.of(guard.lost);
+    throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
+  } finally {
+    guard.active = false;
+    client.release(broken ?? guard.lost ?? undefined);
+  }
+}
+
+// The adapter of a client in a transaction: made once per client (a pool's clients serve
+// transaction after transaction; it keeps nothing of one transaction).
+const txAdapters = new WeakMap();
+function txAdapterOf(client) {
+  let adapter = txAdapters.get(client);
+  if (adapter === undefined) {
+    adapter = pg(client, { inTransaction: true });
+    txAdapters.set(client, adapter);
+  }
+  return adapter;
+}
+
 function pg(db, { inTransaction = false } = {}) {
   const isPool = typeof db.connect === 'function' && 'totalCount' in db && typeof db.release !== 'function';
   const exclusive = isPool || inTransaction ? (fn) => fn() : (fn) => inTurn(db, fn);
@@ -48,40 +117,25 @@ function pg(db, { inTransaction = false } = {}) {
       }
       return exclusive(async () => (await db.query(text, values)).rows);
     },
+    // the driver's own promise of its result ({rows}): one promise less than query() where
+    // the library reads the rows itself (once()); only where no turn is taken
+    result: isPool || inTransaction ? (text, values) => db.query(text, values) : undefined,
     transaction(fn) {
+      if (isPool) return poolTransaction(db, fn);
       return exclusive(() => this._transaction(fn));
     },
+    // A Client's (or a PoolClient's) own transaction, in its turn.
     async _transaction(fn) {
-      let client;
-      try {
-        client = isPool ? await db.connect() : db;
-      } catch (err) {
-        throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
-      }
-      // A client checked out of the pool is ours until released: pg-pool removes its own idle
-      // 'error' listener at checkout, and a connection the server ends while the transaction
-      // is idle (a restart, pg_terminate_backend) emits 'error' on the client, which without a
-      // listener ends the process.  The error fails the transaction instead, and the client
-      // is released as broken (the pool discards it).
-      let lost = null;
-      const onError = (err) => { lost = lost ?? err; };
-      if (isPool) client.on('error', onError);
-      let broken;
+      const client = db;
       try {
         await client.query('BEGIN');
-        const value = await fn(pg(client, { inTransaction: true }));
+        const value = await fn(txAdapterOf(client));
         await client.query('COMMIT');
         return value;
       } catch (err) {
         // A failed COMMIT has ended the transaction already; ROLLBACK then only warns.
-        await client.query('ROLLBACK').catch((e) => { broken = e; });
-        if (lost) throw ConnectionLostError.of(lost);
+        await client.query('ROLLBACK').catch(() => {});
         throw isConnectionError(err) ? ConnectionLostError.of(err) : err;
-      } finally {
-        if (isPool) {
-          client.release(broken ?? lost ?? undefined);
-          client.removeListener('error', onError);
-        }
       }
     },
     bind(handle) {

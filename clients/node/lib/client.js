@@ -85,11 +85,6 @@ class Claim {
     // how long the lease has left by idempo's clock (null without a lease)
     this.leaseLeftMs = numberOf(row.lease_left_ms);
   }
-
-  // An acquired answer read by once() (its attempt only): what new Claim(row) makes of it.
-  static acquired(attempt) {
-    return new Claim({ outcome: Outcome.ACQUIRED, status: Status.IN_PROGRESS, attempt });
-  }
 }
 
 // What a helper hands back: the result (the function's value, or the stored JSON on a replay).
@@ -102,6 +97,20 @@ class Done {
     this.targetRef = targetRef;
     this.error = error;
     this.verified = verified;
+  }
+
+  // once()'s answer after its work: what new Done({result, replayed: false, status: succeeded,
+  // attempt, targetRef}) makes, without the object of options.
+  static succeeded(result, attempt, targetRef) {
+    const done = Object.create(Done.prototype);
+    done.result = result === undefined ? null : result;
+    done.replayed = false;
+    done.status = Status.SUCCEEDED;
+    done.attempt = attempt;
+    done.targetRef = targetRef;
+    done.error = null;
+    done.verified = false;
+    return done;
   }
 }
 
@@ -119,12 +128,11 @@ const CLAIM_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.a
 // asked for separately (the rare case).
 const LEAN_COLUMNS = `c.outcome::text AS outcome, c.status::text AS status, c.attempt, c.result, c.target_ref,
   c.error, c.conflict_id, c.review_id`;
-// once()'s claim: two columns.  Acquired, the attempt as text in \`a\`; any other answer the rest
-// in one JSON array there.  result stays a jsonb column, read by the driver's own parser as
-// before.  The driver's cost is per column (a parser looked up for each, every statement).
-const ONCE_COLUMNS = `CASE WHEN c.outcome = 'acquired' AND c.status = 'in_progress' AND c.target_ref IS NULL
-  AND c.error IS NULL AND c.conflict_id IS NULL AND c.review_id IS NULL THEN c.attempt::text ELSE json_build_array(c.outcome, c.status,
-  c.attempt, c.target_ref, c.error, c.conflict_id, c.review_id)::text END AS a, c.result`;
+// once()'s claim: the columns of the lean claim, each a plain value PostgreSQL outputs as it is.
+// (An earlier form read two columns, the attempt or the rest as one JSON array built by a CASE:
+// less for the driver to read, but more for the server to parse, plan and build on every
+// claim than the client saved.)
+const ONCE_COLUMNS = LEAN_COLUMNS;
 const ONCE_CLAIM = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2, $3::jsonb) AS c`;
 const ONCE_CLAIM_NO_PARAMS = `SELECT ${ONCE_COLUMNS} FROM idempo.claim($1, $2) AS c`;
 const ONCE_COMPLETE = 'SELECT idempo.complete($1, $2, result => $3::jsonb)::text AS status';
@@ -176,6 +184,26 @@ function claimCall(scope, key, options) {
     // lookup) is answered unknown without taking the verification lease
     ['verify_unknown', verifyUnknown === false ? false : undefined, 'boolean'],
   ]);
+}
+
+// once()'s claim: {sql, values}, the text made once for a claim with no option but params (the
+// usual one).
+function onceClaimCall(scope, key, options) {
+  const { params } = options;
+  if (options.fingerprint === undefined && options.runId === undefined && options.intentAt === undefined
+    && options.wait === undefined && options.completeOnCommit === undefined && options.lease === undefined
+    && options.verifyUnknown === undefined) {
+    return params === undefined ? { sql: ONCE_CLAIM_NO_PARAMS, values: [scope, key] }
+      : { sql: ONCE_CLAIM, values: [scope, key, jsonText(params)] };
+  }
+  const built = claimCall(scope, key, options);
+  const cacheKey = `once:${built.text}`;
+  let sql = claimTexts.get(cacheKey);
+  if (sql === undefined) {
+    sql = `SELECT ${ONCE_COLUMNS} FROM ${built.text} AS c`;
+    claimTexts.set(cacheKey, sql);
+  }
+  return { sql, values: built.values };
 }
 
 const UNSETTLED = Symbol('unsettled');
@@ -235,6 +263,7 @@ class Idempo {
     if (!root) {
       this.versionChecked = null;
       this.versionOk = false;
+      this.onAdapters = new WeakMap();    // a transaction's adapter -> the Idempo on it
     }
   }
 
@@ -246,8 +275,16 @@ class Idempo {
 
   // The same library (options, log, the version check of its pool) on another adapter: a
   // transaction's, that this library or the middleware opened.
+  // Made once per adapter: a pool client's transaction adapter is made once per client, and
+  // an Idempo keeps nothing of one transaction.
   _on(db) {
-    return new Idempo(db, this.options, this.root);
+    const made = this.root.onAdapters;
+    let idem = made.get(db);
+    if (idem === undefined) {
+      idem = new Idempo(db, this.options, this.root);
+      made.set(db, idem);
+    }
+    return idem;
   }
 
   // Checks once per Idempo (a pool) that the database has idempo's SQL objects of a supported
@@ -313,38 +350,6 @@ class Idempo {
     const rows = await this._query(sql, values, scope, key);
     const claim = new Claim(rows[0]);
     if (lean && claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
-    return claim;
-  }
-
-  // once()'s claim: the statement of _claim(..., true) and the same Claim, read from two
-  // columns; the text made once for a claim with no option but params (the usual one).
-  async _onceClaim(scope, key, options) {
-    const { params } = options;
-    let sql;
-    let values;
-    if (options.fingerprint === undefined && options.runId === undefined && options.intentAt === undefined
-      && options.wait === undefined && options.completeOnCommit === undefined && options.lease === undefined
-      && options.verifyUnknown === undefined) {
-      sql = params === undefined ? ONCE_CLAIM_NO_PARAMS : ONCE_CLAIM;
-      values = params === undefined ? [scope, key] : [scope, key, jsonText(params)];
-    } else {
-      const built = claimCall(scope, key, options);
-      values = built.values;
-      const cacheKey = `once:${built.text}`;
-      sql = claimTexts.get(cacheKey);
-      if (sql === undefined) {
-        sql = `SELECT ${ONCE_COLUMNS} FROM ${built.text} AS c`;
-        claimTexts.set(cacheKey, sql);
-      }
-    }
-    const [row] = await this._query(sql, values, scope, key);
-    const a = row.a;
-    if (a.charCodeAt(0) !== 91) return Claim.acquired(Number(a));       // not '[': the attempt
-    const [outcome, status, attempt, targetRef, error, conflictId, reviewId] = JSON.parse(a);
-    const claim = new Claim({
-      outcome, status, attempt, result: row.result, target_ref: targetRef, error, conflict_id: conflictId, review_id: reviewId,
-    });
-    if (claim.outcome === Outcome.BUSY) await this._busyLease(claim, scope, key);
     return claim;
   }
 
@@ -443,31 +448,50 @@ class Idempo {
   async once(scope, key, options, fn) {
     if (typeof options === 'function') { fn = options; options = {}; }
     if (typeof fn !== 'function') throw new TypeError('idempo.once(scope, key, options, fn): fn must be a function');
-    const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef, ...claimOptions } = options;
+    // the claim reads only its own options of these (no copy of the rest made per call)
+    const { onBusy = 'raise', busyTimeoutMs = 30000, targetRef } = options;
     if (onBusy !== 'wait' && onBusy !== 'raise') throw new TypeError(`idempo: onBusy must be 'wait' or 'raise', got ${onBusy}`);
     if (!this.root.versionOk) await this.ensureVersion();
     const deadline = Date.now() + busyTimeoutMs;
-    for (let round = 0; ; round += 1) {
-      const answer = await this._transaction(async (tx) => {
-        // wait (default true): a claim of the same key in a transaction still open is waited for
-        // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
-        const claim = await tx._onceClaim(scope, key, claimOptions);
-        if (claim.outcome !== Outcome.ACQUIRED) return { claim };
-        const value = await fn(tx.db.handle, claim);
-        const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
-        if (ref === undefined || ref === null) {
-          // complete(scope, key, {result}) with its text made once
-          await tx._query(ONCE_COMPLETE, [scope, key, value === undefined || value === null ? null : jsonText(value)],
-            scope, key);
-        } else {
-          await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+    const { sql, values } = onceClaimCall(scope, key, options);
+    // The transaction's steps with no more awaits than the same SQL by hand: the statements sent
+    // through the driver's own promise where the adapter offers it (pg), the answer of the body
+    // a Done or the Claim that did not acquire.
+    const body = async (tx) => {
+      // wait (default true): a claim of the same key in a transaction still open is waited for
+      // (it ends soon: one transaction); busy is then a committed holder, which onBusy decides
+      const db = tx.db;
+      let row;
+      try {
+        row = db.result ? (await db.result(sql, values)).rows[0] : (await db.query(sql, values))[0];
+      } catch (err) {
+        throw fromDatabaseError(err, scope, key);
+      }
+      const claim = new Claim(row);
+      if (claim.outcome !== Outcome.ACQUIRED) {
+        if (claim.outcome === Outcome.BUSY) await tx._busyLease(claim, scope, key);
+        return claim;
+      }
+      const value = await fn(db.handle, claim);
+      const ref = typeof targetRef === 'function' ? targetRef(value) : targetRef;
+      if (ref === undefined || ref === null) {
+        // complete(scope, key, {result}) with its text made once
+        const args = [scope, key, value === undefined || value === null ? null : jsonText(value)];
+        try {
+          if (db.result) await db.result(ONCE_COMPLETE, args);
+          else await db.query(ONCE_COMPLETE, args);
+        } catch (err) {
+          throw fromDatabaseError(err, scope, key);
         }
-        return {
-          done: new Done({ result: value, replayed: false, status: Status.SUCCEEDED, attempt: claim.attempt, targetRef: ref ?? null }),
-        };
-      });
-      if (answer.done) return answer.done;
-      const { claim } = answer;
+      } else {
+        await tx.complete(scope, key, { result: value === undefined ? null : value, targetRef: ref });
+      }
+      return Done.succeeded(value, claim.attempt, ref ?? null);
+    };
+    for (let round = 0; ; round += 1) {
+      const answer = await this._transaction(body);
+      if (answer instanceof Done) return answer;
+      const claim = answer;
       if (claim.outcome === Outcome.REPLAY) return replayOf(claim);
       if (claim.outcome === Outcome.BUSY && onBusy === 'wait' && Date.now() < deadline) {
         await sleep(backoff(round, claim, deadline));

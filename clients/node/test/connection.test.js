@@ -16,9 +16,39 @@ test('once(): its connection ended by the server while the function awaits: type
   assert.equal(out.typed, true);
   assert.equal(out.idempo, true);
   assert.match(out.cause, /terminating connection due to administrator command|Connection terminated/);
+  assert.equal(out.sameClient, true, 'the client an earlier once() used');
   assert.equal(out.storedAfterLoss, null, 'nothing was claimed');
   assert.deepEqual(out.next, { n: 2 });
   assert.equal(out.replayed, false);
+});
+
+test("the application's own checkout of a client once() used: its connection ended, the process ends as without idempo", () => {
+  // the guard once() leaves on a pool client must not swallow the error of a client the
+  // application holds without a listener (node-postgres: the process ends, and the bug shows)
+  const r = spawnSync(process.execPath, [path.join(__dirname, 'lost', 'own.js')], { encoding: 'utf8', timeout: 60000 });
+  assert.notEqual(r.stdout.trim(), 'lived', 'the error was swallowed');
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /Unhandled 'error' event/);
+  assert.match(r.stderr, /terminating connection due to administrator command/);
+});
+
+test("once() leaves one 'error' guard on a pool client, however many transactions ran on it", async () => {
+  const { newPool, newScope } = require('./helpers');
+  const pool = newPool({ max: 1 });
+  pool.on('error', () => {});
+  try {
+    const idem = new idempo.Idempo(pool);
+    const scope = await newScope(pool, 'guard');
+    for (let i = 0; i < 12; i += 1) await idem.once(scope, `k-${i}`, async () => ({ i }));
+    const client = await pool.connect();       // the one client those transactions ran on
+    try {
+      assert.ok(client.listenerCount('error') <= 1, `${client.listenerCount('error')} 'error' listeners on the client`);
+    } finally {
+      client.release();
+    }
+  } finally {
+    await pool.end();
+  }
 });
 
 test('connection errors are told apart from refusals', () => {
