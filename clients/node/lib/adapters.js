@@ -36,25 +36,29 @@ const rowsOf = (result) => result.rows;
 // restart, pg_terminate_backend) emits 'error' on the client, which without a listener ends the
 // process.  The guard fails the transaction instead (the client is then released as broken:
 // the pool discards it).  It is attached once per client and stays (an add and a remove per
-// transaction are work the same SQL by hand does not do); out of the library's transactions, when it is the client's only listener, it steps aside and the error is
-// emitted unhandled: an application's own checkout of the client ends the process as without
-// idempo.
+// transaction are work the same SQL by hand does not do), and attached again when it is gone
+// (an application's removeAllListeners() on a client it checked out itself).  Out of the
+// library's transactions, when it is the client's only listener, it steps aside and the error
+// is emitted unhandled: an application's own checkout of the client ends the process as
+// without idempo.
 const guards = new WeakMap();
 function guardOf(client) {
   let guard = guards.get(client);
   if (guard === undefined) {
-    const g = { active: false, lost: null };
-    const listener = (err) => {
+    const g = { active: false, lost: null, listener: null };
+    g.listener = (err) => {
       if (g.active) {
         g.lost = g.lost ?? err;
       } else if (client.listenerCount('error') === 1) {
-        client.removeListener('error', listener);
+        client.removeListener('error', g.listener);
         client.emit('error', err);             // unhandled, as without idempo
       }
     };
-    client.on('error', listener);
+    client.on('error', g.listener);
     guards.set(client, g);
     guard = g;
+  } else if (!client.listeners('error').includes(guard.listener)) {
+    client.on('error', guard.listener);
   }
   return guard;
 }

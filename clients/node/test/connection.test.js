@@ -32,6 +32,14 @@ test("the application's own checkout of a client once() used: its connection end
   assert.match(r.stderr, /terminating connection due to administrator command/);
 });
 
+test("a pool client whose 'error' listeners the application removed: once() guards it again (ConnectionLostError, the process lives)", () => {
+  for (const how of ['error', 'all']) {
+    const r = spawnSync(process.execPath, [path.join(__dirname, 'lost', 'removed.js'), how], { encoding: 'utf8', timeout: 60000 });
+    assert.equal(r.status, 0, `removeAllListeners(${how === 'all' ? '' : "'error'"}): ${r.stderr}`);
+    assert.deepEqual(JSON.parse(r.stdout.trim()), { error: 'ConnectionLostError', next: 2 });
+  }
+});
+
 test("once() leaves one 'error' guard on a pool client, however many transactions ran on it", async () => {
   const { newPool, newScope } = require('./helpers');
   const pool = newPool({ max: 1 });
