@@ -949,10 +949,6 @@ BEGIN
     END IF;
     s := idempo.managed_scope(claim.scope, claim.key, true);
     k := idempo.managed_key(s, claim.key);
-    -- managed_scope_current(s), written out: a call costs more than the test
-    IF NOT ro AND current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
-    END IF;
     IF wait IS NULL OR complete_on_commit IS NULL OR verify_unknown IS NULL THEN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
             CASE WHEN wait IS NULL THEN 'wait' WHEN complete_on_commit IS NULL THEN 'complete_on_commit'
@@ -1055,6 +1051,17 @@ BEGIN
         review_id := d.review_id;
         from_status := d.from_status;
         record_conflict := d.record_conflict;
+    END IF;
+
+    -- managed_scope_current(s), written out (a call costs more than the test), and after the
+    -- decision rather than before it: a change committed since the snapshot still raises 40001
+    -- here, and the statement's writes go with it; but a claim that waits for a key another
+    -- transaction holds must hold nothing on the scope meanwhile, or that transaction's
+    -- alter_scope or disable_scope waits for it and the two deadlock (40P01) where the C
+    -- edition, which holds nothing on the scope, raises 40001
+    -- (test/isolation/specs/scope_change_after_claim_rr.spec)
+    IF NOT ro AND current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
     END IF;
 
     -- the audit log is a table: a read-only transaction answers without it
