@@ -143,10 +143,12 @@ BEGIN
         -- Nothing vacuums a temporary table: past 16 pages it is emptied at once, when it holds
         -- no row of this transaction (TRUNCATE would refuse a pending durability event, and
         -- must not take this transaction's attempts)
-        IF pg_relation_size(rel) > 16 * current_setting('block_size')::int
-           AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur) THEN
-            TRUNCATE pg_temp.idempo_txn_attempts;
-            first_note := false;
+        -- (the size first, a simple expression: the query only when it is past 16 pages)
+        IF pg_relation_size(rel) > 16 * current_setting('block_size')::int THEN
+            IF NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur) THEN
+                TRUNCATE pg_temp.idempo_txn_attempts;
+                first_note := false;
+            END IF;
         END IF;
     END IF;
     -- one statement rather than three (each statement of PL/pgSQL costs its own setup in every
