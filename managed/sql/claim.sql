@@ -165,8 +165,11 @@ BEGIN
     SELECT cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated
      WHERE NOT EXISTS (SELECT FROM noted);
     -- the transaction's durability row, whose event is checked at the commit (once per transaction)
-    IF p_replicated AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
-        INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
+    -- (p_replicated first, a simple expression: the query only in such a scope)
+    IF p_replicated THEN
+        IF NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
+            INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
+        END IF;
     END IF;
 END
 $$;
