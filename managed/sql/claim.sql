@@ -8,8 +8,8 @@
 -- each row marked with its transaction's id: a rolled-back subtransaction takes its rows with
 -- it, as the C edition's memory forgets them, and rows of earlier transactions are ignored and
 -- deleted at the next transaction's first note, or truncated once the table passes 16 pages (ON
--- COMMIT DELETE ROWS would truncate the table at every commit, which costs more than the claim).  A transaction that used it cannot PREPARE
--- TRANSACTION (docs/managed-edition.md).
+-- COMMIT DELETE ROWS would truncate the table at every commit, which costs more than the
+-- claim).  A transaction that used it cannot PREPARE TRANSACTION (docs/managed-edition.md).
 
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
@@ -142,8 +142,8 @@ BEGIN
         mark := set_config('idempo.managed_txn_clean', cur::text, true);
         -- Nothing vacuums a temporary table: past 16 pages it is emptied at once, when it holds
         -- no row of this transaction (TRUNCATE would refuse a pending durability event, and
-        -- must not take this transaction's attempts)
-        -- (the size first, a simple expression: the query only when it is past 16 pages)
+        -- must not take this transaction's attempts); the size first, a simple expression, and
+        -- the query only past 16 pages
         IF pg_relation_size(rel) > 16 * current_setting('block_size')::int THEN
             IF NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur) THEN
                 TRUNCATE pg_temp.idempo_txn_attempts;
