@@ -65,7 +65,7 @@ idempo_status_phrase(IdempoStatus s)
  * version drops out of this list when a later schema change makes the C
  * code depend on objects that version does not have.
  */
-static const char *const supported_versions[] = {"0.1.0", "0.2.0", "0.3.0", "1.0.0"};
+static const char *const supported_versions[] = {"0.1.0", "0.2.0", "0.3.0", "1.0.0", "1.0.1"};
 
 static IdempoCatalog catalog;
 static bool catalog_valid = false;

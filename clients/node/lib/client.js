@@ -15,7 +15,7 @@ const {
   ExpiredError, UnknownOutcomeError, LeaseLostError, StateError, NotFoundError,
 } = errors;
 
-const LIBRARY_VERSION = '1.0.0';
+const LIBRARY_VERSION = '1.0.1';
 // The versions of idempo's SQL objects this library works with: 0.3.x and 1.x (1.x keeps 0.3.0's API).
 const SUPPORTED = /^(0\.3|1\.\d+)\.\d+$/;
 const SUPPORTED_TEXT = '0.3.x or 1.x';

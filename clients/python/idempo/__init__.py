@@ -19,7 +19,7 @@ from ._types import (ActionFailed, Busy, Claim, ClaimNotReplicated, Conflict, Da
 from ._sync import (InTransaction, NoTransaction, Once, call_once, claim, complete, fail, heartbeat, idempotent,
                     lookup, once, verify, version)
 
-__version__ = '1.0.0'
+__version__ = '1.0.1'
 
 __all__ = [
     'ActionFailed', 'Busy', 'Claim', 'ClaimNotReplicated', 'Conflict', 'DatabaseRefusal', 'Done', 'Expired',

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from ._types import (Claim, Conflict, Done, InvalidState, Operation, Outcome, Status, Superseded,
                      Unknown, from_database_error, not_acquired)
 
-LIBRARY_VERSION = '1.0.0'      # the package's (idempo.__version__; a test holds them equal)
+LIBRARY_VERSION = '1.0.1'      # the package's (idempo.__version__; a test holds them equal)
 # The versions of idempo's SQL objects this library speaks: 0.3.x and 1.x (1.x keeps 0.3.0's
 # API), written as the Node library's SUPPORTED; ASCII digits only, nothing after the last one.
 SUPPORTED = re.compile(r'(0\.3|1\.[0-9]+)\.[0-9]+', re.ASCII)

@@ -206,7 +206,7 @@ def test_async(dbname, scope, payments):
 
     async def main():
         async with await psycopg.AsyncConnection.connect(dbname=dbname, autocommit=True) as conn:
-            assert await idempo.aio.version(conn) == '1.0.0'
+            assert await idempo.aio.version(conn) == '1.0.1'
             done = await idempo.aio.call_once(conn, s, k, charge, record=record, heartbeat=0.25)
             again = await idempo.aio.call_once(conn, s, k, charge, record=record)
             k2 = new_key()

@@ -25,7 +25,7 @@ def stock(db):
 
 
 def test_version(conn):
-    assert idempo.version(conn) == '1.0.0'
+    assert idempo.version(conn) == '1.0.1'
 
 
 def test_claim_outcomes_are_typed(conn, scope):
