@@ -7,9 +7,9 @@
 -- temporary table of the session, owned by the tables' owner (so a caller cannot write them),
 -- each row marked with its transaction's id: a rolled-back subtransaction takes its rows with
 -- it, as the C edition's memory forgets them, and rows of earlier transactions are ignored and
--- deleted by the next acquisition (ON COMMIT DELETE ROWS would truncate the table at every
--- commit, which costs more than the claim).  A transaction that used it cannot PREPARE
--- TRANSACTION (docs/managed-edition.md).
+-- deleted at the next transaction's first note, or truncated once the table passes 16 pages (ON
+-- COMMIT DELETE ROWS would truncate the table at every commit, which costs more than the
+-- claim).  A transaction that used it cannot PREPARE TRANSACTION (docs/managed-edition.md).
 
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
@@ -117,19 +117,44 @@ CREATE FUNCTION idempo.managed_txn_note(p_kind text, p_scope text, p_key text, p
     RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     cur xid8 := pg_current_xact_id();
+    rel oid;
+    ours boolean;
+    first_note boolean;
+    mark text;
 BEGIN
     -- managed_txn_table()'s check, without its call where the table is there, ours and armed;
     -- it makes, refuses or arms the table otherwise
-    IF NOT coalesce((SELECT c.relowner = current_user::regrole AND c.relkind = 'r'
-                            AND EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'idempo_durability')
-                       FROM pg_class c WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'idempo_txn_attempts'),
-                     false) THEN
+    SELECT c.oid, c.relowner = current_user::regrole AND c.relkind = 'r'
+                  AND EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'idempo_durability')
+      INTO rel, ours
+      FROM pg_class c WHERE c.relnamespace = pg_my_temp_schema() AND c.relname = 'idempo_txn_attempts';
+    IF NOT coalesce(ours, false) THEN
         PERFORM idempo.managed_txn_table();
+        rel := 'pg_temp.idempo_txn_attempts'::regclass;
+    END IF;
+    -- The rows of earlier transactions go once per transaction, at its first note: no lookup
+    -- reads them (each is marked with its transaction's id, which never comes again), and
+    -- deleting them at every note made the N notes of one transaction (a claim_batch of N keys)
+    -- scan N^2/2 rows.  The mark is a setting of this transaction: a rolled-back subtransaction
+    -- takes it with its DELETE; a caller who sets it only keeps old rows in the table.
+    first_note := coalesce(current_setting('idempo.managed_txn_clean', true), '') <> cur::text;
+    IF first_note THEN
+        mark := set_config('idempo.managed_txn_clean', cur::text, true);
+        -- Nothing vacuums a temporary table: past 16 pages it is emptied at once, when it holds
+        -- no row of this transaction (TRUNCATE would refuse a pending durability event, and
+        -- must not take this transaction's attempts); the size first, a simple expression, and
+        -- the query only past 16 pages
+        IF pg_relation_size(rel) > 16 * current_setting('block_size')::int THEN
+            IF NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur) THEN
+                TRUNCATE pg_temp.idempo_txn_attempts;
+                first_note := false;
+            END IF;
+        END IF;
     END IF;
     -- one statement rather than three (each statement of PL/pgSQL costs its own setup in every
-    -- transaction): the rows of earlier transactions go, and the note replaces this
-    -- transaction's of the same (scope, key, kind) or is added
-    WITH gone AS (DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact <> cur),
+    -- transaction): the rows of earlier transactions go (at the first note only), and the note
+    -- replaces this transaction's of the same (scope, key, kind) or is added
+    WITH gone AS (DELETE FROM pg_temp.idempo_txn_attempts t WHERE first_note AND t.xact <> cur),
     noted AS (
         UPDATE pg_temp.idempo_txn_attempts t
            SET attempt = p_attempt, on_commit = p_on_commit, finished = false, lease_until = p_lease_until,
@@ -140,8 +165,11 @@ BEGIN
     SELECT cur, p_scope, p_key, p_kind, p_attempt, p_on_commit, false, p_lease_until, p_replicated
      WHERE NOT EXISTS (SELECT FROM noted);
     -- the transaction's durability row, whose event is checked at the commit (once per transaction)
-    IF p_replicated AND NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
-        INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
+    -- (p_replicated first, a simple expression: the query only in such a scope)
+    IF p_replicated THEN
+        IF NOT EXISTS (SELECT FROM pg_temp.idempo_txn_attempts t WHERE t.xact = cur AND t.kind = 'durability') THEN
+            INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (cur, 'durability');
+        END IF;
     END IF;
 END
 $$;
@@ -926,10 +954,6 @@ BEGIN
     END IF;
     s := idempo.managed_scope(claim.scope, claim.key, true);
     k := idempo.managed_key(s, claim.key);
-    -- managed_scope_current(s), written out: a call costs more than the test
-    IF NOT ro AND current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
-    END IF;
     IF wait IS NULL OR complete_on_commit IS NULL OR verify_unknown IS NULL THEN
         RAISE EXCEPTION '% must not be NULL (key "%" in scope "%")',
             CASE WHEN wait IS NULL THEN 'wait' WHEN complete_on_commit IS NULL THEN 'complete_on_commit'
@@ -1032,6 +1056,17 @@ BEGIN
         review_id := d.review_id;
         from_status := d.from_status;
         record_conflict := d.record_conflict;
+    END IF;
+
+    -- managed_scope_current(s), written out (a call costs more than the test), and after the
+    -- decision rather than before it: a change committed since the snapshot still raises 40001
+    -- here, and the statement's writes go with it; but a claim that waits for a key another
+    -- transaction holds must hold nothing on the scope meanwhile, or that transaction's
+    -- alter_scope or disable_scope waits for it and the two deadlock (40P01) where the C
+    -- edition, which holds nothing on the scope, raises 40001
+    -- (test/isolation/specs/scope_change_after_claim_rr.spec)
+    IF NOT ro AND current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM idempo.scopes sc WHERE sc.name = s.name FOR SHARE SKIP LOCKED;
     END IF;
 
     -- the audit log is a table: a read-only transaction answers without it
