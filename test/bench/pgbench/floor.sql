@@ -1,8 +1,7 @@
--- test/bench/managed_ladder's floor (managed_floor.sql): the least a PL/pgSQL claim of a new key
--- does, in idempo_one_call's transaction.
+-- Floor: the business transaction plus a bare dedup insert (no fingerprint, no result).
 \set k random(100000000000000, 999999999999999)
 \set q random(1, 1000)
 BEGIN;
-SELECT bench_floor('bench', 'f' || :k, jsonb_build_object('sku', 'A-7', 'qty', :q::int));
-INSERT INTO shipments (order_ref, sku, qty) VALUES ('f' || :k, 'A-7', :q);
+INSERT INTO dedup (scope, key) VALUES ('bench', 'k' || :k) ON CONFLICT DO NOTHING;
+INSERT INTO shipments (order_ref, sku, qty) VALUES ('k' || :k, 'A-7', :q);
 END;
