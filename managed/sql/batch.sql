@@ -178,13 +178,13 @@ BEGIN
     -- is this transaction's own (its sign is this transaction's) or busy again, as its first
     -- occurrence answered.
     IF NOT claim_batch.wait AND NOT wrote_before THEN
-        PERFORM set_config('idempo.managed_batch_fresh', 'on', true);
+        PERFORM set_config('idempo_managed.batch_fresh', 'on', true);
     END IF;
     -- with wait => false, which of the keys' signs other transactions of idempo's hold now: one
     -- look at pg_locks for the batch instead of one per key held (managed_decide; a sign taken
     -- since is looked up by its claim).  What a caller sets there only changes its own answers.
     IF NOT claim_batch.wait THEN
-        PERFORM set_config('idempo.managed_batch_held', idempo.managed_signs_held(
+        PERFORM set_config('idempo_managed.batch_held', idempo.managed_signs_held(
             ARRAY(SELECT idempo.managed_key_sign((o.s).name, idempo.managed_key(o.s, x)) FROM unnest(k) x))::text, true);
     END IF;
     answers := array_fill(NULL::idempo.claim_result, ARRAY[n]);
@@ -193,10 +193,10 @@ BEGIN
                                    claim_batch.wait, claim_batch.complete_on_commit);
     END LOOP;
     IF NOT claim_batch.wait AND NOT wrote_before THEN
-        PERFORM set_config('idempo.managed_batch_fresh', '', true);
+        PERFORM set_config('idempo_managed.batch_fresh', '', true);
     END IF;
     IF NOT claim_batch.wait THEN
-        PERFORM set_config('idempo.managed_batch_held', '', true);
+        PERFORM set_config('idempo_managed.batch_held', '', true);
     END IF;
 
     -- in input order (for the occurrences of one key, the order they were claimed in): the

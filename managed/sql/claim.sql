@@ -11,6 +11,11 @@
 -- COMMIT DELETE ROWS would truncate the table at every commit, which costs more than the
 -- claim).  A transaction that used it cannot PREPARE TRANSACTION (docs/managed-edition.md).
 
+-- The edition's own transaction-local settings are named idempo_managed.*, not idempo.*: the C
+-- edition's library reserves the prefix "idempo" for its settings, so on a server that loads it
+-- (moving between editions, tests of both editions on one server) an idempo.* placeholder
+-- cannot be set (42602, "idempo" is a reserved prefix).
+
 -- t + iv on the calendar of UTC, as src/clock.c adds (idempo_time_plus)
 CREATE FUNCTION idempo.managed_plus(t timestamptz, iv interval) RETURNS timestamptz
     LANGUAGE sql IMMUTABLE AS $$
@@ -77,13 +82,13 @@ DECLARE
     a record;
 BEGIN
     IF NEW.kind = 'probe' THEN
-        PERFORM set_config('idempo.managed_durability_probe', 'immediate', true);
+        PERFORM set_config('idempo_managed.durability_probe', 'immediate', true);
         RETURN NULL;
     END IF;
-    PERFORM set_config('idempo.managed_durability_probe', '', true);
+    PERFORM set_config('idempo_managed.durability_probe', '', true);
     INSERT INTO pg_temp.idempo_txn_attempts (xact, kind) VALUES (NEW.xact, 'probe');
     DELETE FROM pg_temp.idempo_txn_attempts t WHERE t.xact = NEW.xact AND t.kind = 'probe';
-    IF current_setting('idempo.managed_durability_probe') = 'immediate' THEN
+    IF current_setting('idempo_managed.durability_probe') = 'immediate' THEN
         SET CONSTRAINTS pg_temp.idempo_durability DEFERRED;
         UPDATE pg_temp.idempo_txn_attempts t SET xact = t.xact WHERE t.xact = NEW.xact AND t.kind = 'durability';
         RETURN NULL;
@@ -137,9 +142,9 @@ BEGIN
     -- deleting them at every note made the N notes of one transaction (a claim_batch of N keys)
     -- scan N^2/2 rows.  The mark is a setting of this transaction: a rolled-back subtransaction
     -- takes it with its DELETE; a caller who sets it only keeps old rows in the table.
-    first_note := coalesce(current_setting('idempo.managed_txn_clean', true), '') <> cur::text;
+    first_note := coalesce(current_setting('idempo_managed.txn_clean', true), '') <> cur::text;
     IF first_note THEN
-        mark := set_config('idempo.managed_txn_clean', cur::text, true);
+        mark := set_config('idempo_managed.txn_clean', cur::text, true);
         -- Nothing vacuums a temporary table: past 16 pages it is emptied at once, when it holds
         -- no row of this transaction (TRUNCATE would refuse a pending durability event, and
         -- must not take this transaction's attempts); the size first, a simple expression, and
@@ -395,7 +400,7 @@ BEGIN
     -- transaction of idempo's holds the sign (managed_signs_held: one that holds
     -- idempo.operations in ROW EXCLUSIVE mode, which only idempo's functions and its owner can
     -- take, so that a session of any other role holding that advisory lock changes nothing; a
-    -- wait => false claim_batch looked once for all its keys: idempo.managed_batch_held).  Two
+    -- wait => false claim_batch looked once for all its keys: idempo_managed.batch_held).  Two
     -- keys share a sign with a chance of 2^-64, and then the claim of one answers busy while the
     -- other is claimed in another transaction: a sign never makes a claim wait, nor hands a key
     -- out twice.
@@ -409,7 +414,7 @@ BEGIN
         sign := idempo.managed_key_sign(s.name, k);
         signed := pg_try_advisory_xact_lock(sign);
         IF NOT signed AND p_mode = 'nowait' AND NOT p_may_hold
-           AND (sign = ANY (coalesce(nullif(current_setting('idempo.managed_batch_held', true), ''), '{}')::bigint[])
+           AND (sign = ANY (coalesce(nullif(current_setting('idempo_managed.batch_held', true), ''), '{}')::bigint[])
                 OR sign = ANY (idempo.managed_signs_held(ARRAY[sign]))) THEN
             SELECT * INTO o FROM idempo.operations x WHERE x.scope = s.name AND x.key = k;
             outcome := 'busy';
@@ -1041,7 +1046,7 @@ BEGIN
             -- a claim_batch whose transaction had written nothing before it says so (batch.sql):
             -- the writes of its earlier elements hold no record of this key
             SELECT * INTO d FROM idempo.managed_decide(s, k, t, fp, params, run_id, intent_at, complete_on_commit, 'nowait',
-                may_hold AND current_setting('idempo.managed_batch_fresh', true) IS DISTINCT FROM 'on', verify_unknown);
+                may_hold AND current_setting('idempo_managed.batch_fresh', true) IS DISTINCT FROM 'on', verify_unknown);
             PERFORM set_config('lock_timeout', old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             d := NULL;
